@@ -1,0 +1,33 @@
+# Set-up is two commands: `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test venv sysdeps clean
+
+sysdeps:
+	@bash scripts/sysdeps.sh
+
+$(STAMP): pyproject.toml
+	@test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	# torch first, pinned: takes the local CPU wheel instead of a multi-GB CUDA build.
+	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q -e .
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+test: sysdeps venv
+	$(VPY) -m pytest tests -n 2 --dist loadgroup -q $(PYTEST_ARGS)
+
+demo: sysdeps venv
+	$(VPY) -m harness experiment --preset tiny --seeds 2 $(if $(QUICK),--quick,)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .benchmarks
