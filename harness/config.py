@@ -1,0 +1,170 @@
+"""Typed configuration: dataclasses, YAML loading, early validation (DESIGN §9).
+
+Conventions (as in TRL's ``GRPOConfig`` / ``TrlParser``): every field carries its help text
+in ``field(metadata={"help": ...})``; a YAML file given with ``--config`` fills the
+dataclasses; ``key.sub=value`` overrides from the command line win over the file. Unknown
+keys, wrong types and inconsistent values fail at load time with a message that names the
+file, the key and what to change, never half-way through a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, of the wrong type or inconsistent."""
+
+
+def help_field(default: Any = dataclasses.MISSING, help: str = "", **kwargs: Any) -> Any:  # noqa: A002
+    """``dataclasses.field`` with a help text (shown by ``describe`` and in docs)."""
+    if isinstance(default, (list, dict, set)):
+        value = default
+        kwargs["default_factory"] = lambda: type(value)(value)
+        return dataclasses.field(metadata={"help": help}, **kwargs)
+    return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping for section {tp.__name__}, got {type(value).__name__}")
+        return from_dict(tp, value, where)
+    if origin is Literal:
+        allowed = get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{where}: {value!r} is not one of {list(allowed)}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        (item_tp, *_) = get_args(tp) or (Any,)
+        items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+        return items if origin is list else tuple(items)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
+    """Build dataclass ``cls`` from a nested mapping; unknown keys are an error."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {unknown} for {cls.__name__}; known keys: {sorted(names)}"
+        )
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
+    try:
+        obj = cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        try:
+            validate()
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return obj
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """The resolved config as plain data (saved with every run)."""
+    return dataclasses.asdict(obj)
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b=value`` overrides (values parsed as YAML scalars) to a nested mapping."""
+    out = dict(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key.path=value")
+        key, raw = item.split("=", 1)
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            child = dict(child) if isinstance(child, dict) else {}
+            node[part] = child
+            node = child
+        node[parts[-1]] = yaml.safe_load(raw)
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping, with errors that name the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping of sections")
+    return data
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
+    """Load ``cls`` from a YAML file (optional) plus command-line overrides."""
+    data = load_yaml(path) if path is not None else {}
+    data = apply_overrides(data, overrides or [])
+    return from_dict(cls, data, where=str(path) if path is not None else "config")
+
+
+def describe(cls: type) -> str:
+    """Markdown table of a config dataclass's fields (name, type, default, help)."""
+    rows = ["| key | type | default | help |", "|---|---|---|---|"]
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else "required"  # type: ignore[misc]
+        )
+        tp = getattr(hints[f.name], "__name__", str(hints[f.name]))
+        rows.append(f"| `{f.name}` | {tp} | `{default!r}` | {f.metadata.get('help', '')} |")
+    return "\n".join(rows)
