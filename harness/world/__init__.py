@@ -1,0 +1,14 @@
+"""The offline web world (DESIGN §5): generator, sites, server, search, tasks, scripted expert.
+
+Public API (see docs/world.md):
+
+* :class:`~harness.world.generator.WorldConfig`, :func:`~harness.world.generator.generate_world`
+* :class:`~harness.world.server.WorldServer`
+* :class:`~harness.world.search.SearchIndex`
+* :class:`~harness.world.toolbox.WorldToolbox`
+* :mod:`harness.world.tasks`: ``generate_tasks``, ``write_tasks``, ``load_tasks``, ``task_prompt``, ``rebase``
+* :mod:`harness.world.expert`: ``ExpertConfig``, ``ExpertPlanner``, ``ExpertSubAgent``, ``run_expert_episode``
+* :func:`~harness.world.judge.expert_judge`
+
+Submodules are imported on use (this file imports nothing), so ``world serve`` stays light.
+"""

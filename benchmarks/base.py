@@ -1,0 +1,195 @@
+"""The benchmark contract: ``Task``, ``Verdict``, the ``Benchmark`` base class and its errors.
+
+Implements DESIGN §7 ("A benchmark is a small class registered by name with ``name``,
+``version``, ``load(split, limit)`` and ``score(task, prediction)``") for the real benchmarks
+(GAIA, XBench-DeepSearch, WebWalkerQA) and, later, their ``local_*`` twins from §5.
+
+Rules every benchmark inherits from :meth:`Benchmark.score` (DESIGN §7: "a crash, timeout or
+unscorable verdict counts as incorrect and stays in the denominator"):
+
+* a prediction that is not ``str`` (``None``, ``bytes``, ``int`` ...), empty/blank, or longer
+  than :data:`MAX_PREDICTION_CHARS` is scored **incorrect** with an ``error`` note; the
+  benchmark's own scorer is not called;
+* an exception inside a benchmark's scorer or judge is caught and becomes an incorrect
+  ``Verdict`` whose ``error`` names the exception. Scoring never raises for a bad prediction.
+
+Data location: ``data_dir`` option, else ``$MGRPO_DATA_DIR``, else ``../shared/data`` next to the
+repository root (see ``../shared/data/README.md``). Data that is absent raises
+:class:`BenchmarkDataMissing` (the pytest plugin reports it as "not run"); data that is present but
+garbled raises :class:`BenchmarkDataError` naming the file and line.
+
+Deliberate choices where DESIGN is silent:
+
+* ``Task.question`` and ``Task.gold`` are left out of ``repr`` so that a traceback or a log line
+  never shows benchmark text (XBench forbids plain text on disk or in logs; the GAIA card asks
+  not to reshare its questions).
+* ``Benchmark.sensitive`` (True for XBench) tells record writers to store hashes instead of the
+  prediction/gold text: :meth:`Benchmark.record_fields` does that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+# 100k characters: far above any final answer (GAIA answers are a few words, WebWalkerQA a few
+# sentences), far below the 10 MB garbage a broken generation loop can produce.
+MAX_PREDICTION_CHARS = 100_000
+
+DATA_DIR_ENV = "MGRPO_DATA_DIR"
+
+
+class BenchmarkError(Exception):
+    """Base class of the errors raised by the benchmarks package."""
+
+
+class BenchmarkDataMissing(BenchmarkError):
+    """The benchmark's data is not available here; ``reason`` says what to set or fetch."""
+
+    def __init__(self, benchmark: str, reason: str):
+        self.benchmark = benchmark
+        self.reason = reason
+        super().__init__(f"benchmark {benchmark!r}: data missing: {reason}")
+
+
+class BenchmarkDataError(BenchmarkError):
+    """A data file is present but unreadable or malformed (``path`` and ``line`` name where)."""
+
+    def __init__(self, path: str | os.PathLike[str], line: int | None, problem: str):
+        self.path = str(path)
+        self.line = line
+        self.problem = problem
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One benchmark question, in memory.
+
+    ``attachments`` are paths of files handed to the agent (GAIA). ``question`` and ``gold`` are
+    hidden from ``repr`` (see the module docstring).
+    """
+
+    task_id: str
+    question: str = field(repr=False)
+    gold: str = field(repr=False)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    attachments: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of scoring one prediction.
+
+    ``judge`` is the name of what decided (``exact``, ``gaia_scorer``, ``llm``, ``replay``...),
+    ``verdict`` a short label (``match``, ``no_match``, ``correct``, ``garbage``...), ``error`` a
+    note when the prediction or the judge could not be scored normally (then ``correct`` is False).
+    """
+
+    correct: bool
+    judge: str
+    verdict: str
+    error: str | None = None
+
+
+def default_data_dir() -> Path:
+    """``$MGRPO_DATA_DIR`` if set, else ``<repo root>/../shared/data``."""
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def sha256_text(text: str) -> str:
+    """Hex SHA-256 of the UTF-8 bytes of ``text`` (used for record keys and redaction)."""
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+def check_prediction(prediction: object) -> tuple[str | None, Verdict | None]:
+    """Return ``(text, None)`` for a scorable prediction, else ``(None, incorrect Verdict)``."""
+    if not isinstance(prediction, str):
+        return None, Verdict(False, "input", "invalid_prediction",
+                             f"prediction is not text ({type(prediction).__name__})")
+    if not prediction.strip():
+        return None, Verdict(False, "input", "empty_prediction", "prediction is empty")
+    if len(prediction) > MAX_PREDICTION_CHARS:
+        return None, Verdict(False, "input", "prediction_too_long",
+                             f"prediction has {len(prediction)} characters "
+                             f"(limit {MAX_PREDICTION_CHARS})")
+    return prediction, None
+
+
+class Benchmark:
+    """Base class: subclasses set ``name``/``version`` and implement ``load`` and ``_score_text``.
+
+    Options common to every benchmark: ``data_dir`` (default :func:`default_data_dir`),
+    ``judge`` (a judge name or a ``Judge`` instance; default ``"exact"``) and ``judge_options``
+    (keyword arguments for :func:`benchmarks.judges.get_judge`).
+    """
+
+    name: ClassVar[str] = ""
+    version: ClassVar[str] = ""
+    #: Plain text must not reach disk or logs (records store hashes instead).
+    sensitive: ClassVar[bool] = False
+    #: Which published decision rule an llm judge applies (see ``benchmarks.judges``).
+    judge_rule: ClassVar[str] = "generic"
+
+    def __init__(self, *, data_dir: str | os.PathLike[str] | None = None,
+                 judge: Any = "exact", judge_options: dict[str, Any] | None = None):
+        self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+        from benchmarks.judges import Judge, get_judge  # judges imports base: import late
+
+        if isinstance(judge, Judge):
+            self.judge = judge
+        else:
+            self.judge = get_judge(str(judge), **(judge_options or {}))
+
+    # -- to implement -------------------------------------------------------------------------
+    def load(self, split: str | None = None, limit: int | None = None) -> list[Task]:
+        raise NotImplementedError
+
+    def _score_text(self, task: Task, prediction: str) -> Verdict:
+        raise NotImplementedError
+
+    # -- shared behaviour ---------------------------------------------------------------------
+    def score(self, task: Task, prediction: object) -> Verdict:
+        """Score ``prediction`` for ``task``; never raises for a bad prediction or judge failure."""
+        text, rejected = check_prediction(prediction)
+        if rejected is not None:
+            return rejected
+        try:
+            return self._score_text(task, text)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - DESIGN §7: unscorable counts as incorrect
+            return Verdict(False, "error", "scoring_failed",
+                           f"{type(exc).__name__} while scoring task {task.task_id}: "
+                           f"{exc if not self.sensitive else '(message withheld: sensitive)'}")
+
+    def _judge_request(self, task: Task, prediction: str):
+        from benchmarks.judges import JudgeRequest
+
+        return JudgeRequest(benchmark=self.name, task_id=task.task_id, question=task.question,
+                            gold=task.gold, prediction=prediction, rule=self.judge_rule,
+                            sensitive=self.sensitive)
+
+    def record_fields(self, task: Task, prediction: object) -> dict[str, Any]:
+        """``prediction``/``gold`` for a task record (§8); hashed for a sensitive benchmark."""
+        pred = prediction if isinstance(prediction, str) else None
+        if not self.sensitive:
+            return {"prediction": pred, "gold": task.gold}
+        return {"prediction": None if pred is None else "sha256:" + sha256_text(pred),
+                "gold": "sha256:" + sha256_text(task.gold)}
+
+    @staticmethod
+    def _check_limit(limit: int | None) -> int | None:
+        if limit is None:
+            return None
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
+        return limit
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, version={self.version!r})"

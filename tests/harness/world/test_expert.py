@@ -1,0 +1,216 @@
+"""Scripted expert planner / sub-agent (DESIGN §2, §5, §6; harness.world.expert)."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import pytest
+
+from harness.agents.parsing import FinalAnswer, ToolCall, parse_turn
+from harness.world.expert import (
+    ExpertConfig, ExpertPlanner, ExpertSubAgent, extract_fact, run_expert_episode,
+)
+from harness.world.generator import WorldConfig, generate_world
+from harness.world.judge import expert_judge
+from harness.world.tasks import BENCHMARKS, TaskConfig, generate_tasks
+from harness.world.toolbox import WorldToolbox
+
+
+@pytest.fixture(scope="module")
+def world():
+    return generate_world(WorldConfig(seed=33, size="small"))
+
+
+@pytest.fixture(scope="module")
+def toolbox(world):
+    return WorldToolbox(world)
+
+
+@pytest.fixture(scope="module")
+def tasks(world):
+    # verify=False: the expert must solve them here on its own, not because generation filtered them
+    ts = generate_tasks(world, TaskConfig(n_train=120, n_test=40, verify=False))
+    return ts.all()
+
+
+def test_solves_every_task_at_noise_zero(tasks, toolbox):
+    per_bench = collections.Counter(t["gold"]["benchmark"] for t in tasks)
+    assert len(tasks) >= 300 and all(per_bench[b] >= 40 for b in BENCHMARKS), per_bench
+    failed = []
+    for t in tasks:
+        tr = run_expert_episode(t, toolbox, noise=0.0, seed=0)
+        if not tr.correct:
+            failed.append((t["gold"]["template"], tr.answer, tr.gold_answer))
+    assert not failed, failed[:5]
+
+
+def test_messages_follow_the_protocol(tasks, toolbox):
+    for t in tasks[::7]:
+        tr = run_expert_episode(t, toolbox, noise=0.3, seed=1)
+        for msgs, tools in [(tr.planner, {"delegate"})] + [(s, {"search", "visit"}) for s in tr.sub_calls]:
+            assert [m["role"] for m in msgs[:2]] == ["system", "user"]
+            roles = [m["role"] for m in msgs[2:]]
+            assert roles[-1] == "assistant"
+            assert all(r == ("assistant" if i % 2 == 0 else "tool") for i, r in enumerate(roles))
+            parsed = [parse_turn(m["content"], tools) for m in msgs if m["role"] == "assistant"]
+            assert all(isinstance(p, ToolCall) for p in parsed[:-1]) and isinstance(parsed[-1], FinalAnswer)
+        n_delegate = sum(1 for m in tr.planner if m["role"] == "assistant") - 1
+        assert n_delegate == len(tr.sub_calls)
+        # the planner sees exactly the sub-agent's result text
+        results = [m["content"] for m in tr.planner if m["role"] == "tool"]
+        assert results == [parse_turn(s[-1]["content"], {"search"}).text for s in tr.sub_calls]
+
+
+def test_deterministic_given_seed(tasks, toolbox):
+    t = tasks[5]
+    a = run_expert_episode(t, toolbox, noise=0.4, seed=9).to_dict()
+    b = run_expert_episode(t, toolbox, noise=0.4, seed=9).to_dict()
+    assert a == b
+    many = {json.dumps(run_expert_episode(t, toolbox, noise=0.4, seed=s).to_dict()) for s in range(12)}
+    assert len(many) > 1
+
+
+def test_noise_makes_mistakes_but_not_always(tasks, toolbox):
+    acc = {}
+    for noise in (0.1, 0.5):
+        acc[noise] = sum(run_expert_episode(t, toolbox, noise=noise, seed=2).correct for t in tasks) / len(tasks)
+    assert 0.5 < acc[0.1] < 1.0
+    assert 0.0 < acc[0.5] < acc[0.1]
+
+
+def test_systematic_planner_blind_spot_by_template(tasks, toolbox):
+    spot = "gaia.person.birth_year"
+    cfg = ExpertConfig(template_rates={spot: {"decompose": 1.0}})
+    hit = [t for t in tasks if t["gold"]["template"] == spot]
+    rest = [t for t in tasks if t["gold"]["template"] != spot][:80]
+    assert hit
+    assert not any(run_expert_episode(t, toolbox, seed=0, config=cfg).correct for t in hit)
+    assert all(run_expert_episode(t, toolbox, seed=0, config=cfg).correct for t in rest)
+    # a partial blind spot: usually wrong, sometimes right (what RL can fix, DESIGN §6)
+    cfg = ExpertConfig(template_rates={spot: {"decompose": 0.7}})
+    wins = sum(run_expert_episode(hit[0], toolbox, seed=s, config=cfg).correct for s in range(40))
+    assert 3 <= wins <= 25
+
+
+def test_systematic_sub_agent_blind_spot_by_phrase(tasks, toolbox):
+    cfg = ExpertConfig(phrase_rates={"price": {"extract": 1.0}})
+    price = [t for t in tasks if any(s.get("phrase") == "price" for s in t["gold"]["subtasks"])]
+    other = [t for t in tasks if all(s.get("phrase") != "price" for s in t["gold"]["subtasks"])][:60]
+    assert price
+    single = [t for t in price if len(t["gold"]["subtasks"]) == 1]
+    assert single and not any(run_expert_episode(t, toolbox, config=cfg).correct for t in single)
+    assert all(run_expert_episode(t, toolbox, config=cfg).correct for t in other)
+
+
+def test_sub_agent_reads_only_observations(world, tasks):
+    """Feed a toolbox whose pages say something else: the expert must report what it saw."""
+    t = next(t for t in tasks if t["gold"]["template"] == "gaia.person.birth_year")
+    real = WorldToolbox(world)
+    year = t["gold"]["answer"]
+
+    class Lying:
+        def call(self, name, arguments):
+            return real.call(name, arguments).replace(f"| Born | {year}", "| Born | 1234")
+
+    tr = run_expert_episode(t, Lying(), seed=0)
+    assert tr.answer == "1234" and not tr.correct
+
+
+def test_sub_agent_recovers_from_a_wrong_link(tasks, toolbox):
+    cfg = ExpertConfig(rates={"link_pick": 0.35})
+    walks = [t for t in tasks if t["gold"]["benchmark"] == "webwalkerqa"][:60]
+    results = [run_expert_episode(t, toolbox, seed=4, config=cfg) for t in walks]
+    restarted = [r for r in results if any(
+        sum(1 for m in s if m["role"] == "assistant" and t["root_url"] in m["content"]) > 1
+        for s, t in [(s, t) for s in r.sub_calls for t in walks if t["gold"]["uid"] == r.task_id])]
+    assert restarted, "no episode restarted from the home page after a wrong link"
+    assert sum(r.correct for r in restarted) >= 1
+
+
+def test_planner_and_sub_agent_act_turn_by_turn(tasks, toolbox):
+    t = next(t for t in tasks if t["gold"]["template"].startswith("gaia.product.maker.ceo"))
+    planner = ExpertPlanner(t, ExpertConfig(), seed=0)
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": t["Question"]}]
+    first = parse_turn(planner.act(msgs), {"delegate"})
+    assert isinstance(first, ToolCall) and first.arguments["task"] == t["gold"]["subtasks"][0]["task"]
+    assert planner.act(msgs) == planner.act(list(msgs))  # pure in the messages
+    sub = ExpertSubAgent(ExpertConfig(), seed=0)
+    sm = [{"role": "system", "content": "s"}, {"role": "user", "content": first.arguments["task"]}]
+    step = parse_turn(sub.act(sm), {"search", "visit"})
+    assert step == ToolCall("search", {"query": t["gold"]["subtasks"][0]["subject"]})
+    sm += [{"role": "assistant", "content": sub.act(sm)}, {"role": "tool", "content": toolbox.call("search", step.arguments)}]
+    step = parse_turn(sub.act(sm), {"search", "visit"})
+    assert isinstance(step, ToolCall) and step.name == "visit" and step.arguments["url"].endswith(".html")
+    sm += [{"role": "assistant", "content": sub.act(sm)}, {"role": "tool", "content": toolbox.call("visit", step.arguments)}]
+    result = parse_turn(sub.act(sm), {"search", "visit"})
+    assert result == FinalAnswer(t["gold"]["subtasks"][0]["answer"])
+    msgs += [{"role": "assistant", "content": planner.act(msgs)}, {"role": "tool", "content": result.text}]
+    second = parse_turn(planner.act(msgs), {"delegate"})
+    assert second.arguments["task"] == t["gold"]["subtasks"][1]["task"].replace("{r0}", result.text)
+
+
+def test_unparseable_subtask_gets_an_answer():
+    sub = ExpertSubAgent()
+    out = sub.act([{"role": "system", "content": ""}, {"role": "user", "content": "Tell me a joke."}])
+    assert isinstance(parse_turn(out, {"search", "visit"}), FinalAnswer)
+
+
+def test_extract_fact_rows_and_prose():
+    text = "# X\n| Born | 1983\n| Birthplace | Brisca [http://h/wiki/brisca.html]\n| Population | 1,234,500"
+    assert extract_fact(text, "birth year") == "1983"
+    assert extract_fact(text, "birthplace") == "Brisca"
+    assert extract_fact(text, "population") == "1234500"
+    assert extract_fact(text, "employer") is None
+    assert extract_fact("# A\nX, organised by Y, was held in Z in 2001. It drew 4,560 visitors.", "attendance") == "4560"
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(noise=1.5), "ExpertConfig.noise"), (dict(rates={"typo": 0.1}), "unknown decision 'typo'"),
+    (dict(template_rates={"gaia.x": {"final": -0.1}}), "template_rates['gaia.x']['final']"),
+    (dict(phrase_rates={"price": {"nope": 0.1}}), "phrase_rates['price']"), (dict(max_visits=0), "max_visits"),
+])
+def test_invalid_expert_config(kwargs, needle):
+    with pytest.raises(ValueError) as info:
+        ExpertConfig(**kwargs)
+    assert needle in str(info.value)
+
+
+def test_noise_zero_sub_results_satisfy_the_judge(tasks, toolbox):
+    for t in tasks[::5]:
+        tr = run_expert_episode(t, toolbox, seed=0)
+        for gold, sm in zip(t["gold"]["subtasks"], tr.sub_calls):
+            result = parse_turn(sm[-1]["content"], {"search"}).text
+            assert expert_judge(gold, result) == 1.0, (gold["task"], result)
+
+
+def test_expert_episode_benchmark(tasks, toolbox, benchmark):
+    sample = tasks[::10]
+    out = benchmark.pedantic(lambda: [run_expert_episode(t, toolbox) for t in sample], rounds=1, iterations=1)
+    assert all(tr.correct for tr in out)
+
+
+def test_single_agent_transcripts(tasks, toolbox):
+    from harness.world.expert import run_expert_single_episode
+
+    for t in tasks[::6]:
+        tr = run_expert_single_episode(t, toolbox, seed=0)
+        assert tr.correct and tr.sub_calls == []
+        roles = [m["role"] for m in tr.planner[2:]]
+        assert all(r == ("assistant" if i % 2 == 0 else "tool") for i, r in enumerate(roles)) and roles[-1] == "assistant"
+        parsed = [parse_turn(m["content"], {"search", "visit"}) for m in tr.planner if m["role"] == "assistant"]
+        assert all(isinstance(p, ToolCall) for p in parsed[:-1]) and isinstance(parsed[-1], FinalAnswer)
+        multi = run_expert_episode(t, toolbox, seed=0)
+        n_tool_turns = sum(1 for s in multi.sub_calls for m in s if m["role"] == "tool")
+        assert len(parsed) - 1 == n_tool_turns
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_micro_worlds_are_fully_solvable(seed):
+    """DESIGN §6 recipe: many fresh small worlds (~44 pages) so nothing can be memorised."""
+    w = generate_world(WorldConfig(seed=seed, size="tiny", n_orgs=2, n_people=6, n_cities=2, n_products=2,
+                                   n_events=1, n_countries=1))
+    ts = generate_tasks(w, TaskConfig(n_train=30, n_test=10, verify=False))
+    tb = WorldToolbox(w)
+    assert len(ts.all()) >= 20
+    assert all(run_expert_episode(t, tb).correct for t in ts.all())
