@@ -1,0 +1,421 @@
+"""The report's tables, computed from a loaded :class:`~harness.report.dataset.Dataset` (DESIGN §8):
+final accuracy per benchmark × arm, across-seed curves, the paper's claims with verdicts, collapse
+detection and per-agent diagnostics. Numerical rules live in :mod:`harness.report.stats`.
+
+Decisions where §8 is silent (also in docs/report.md):
+
+- **Final accuracy** of a run on a benchmark is its accuracy at its own last eval step of that
+  benchmark. The table averages over the arm's runs that did not fail; failed runs are counted in
+  their own column. If the final steps differ between seeds the table shows the range.
+- **Claims** compare final accuracy *pooled over the benchmarks both arms were evaluated on*
+  (mean over benchmarks of the per-benchmark difference; the bootstrap draws are averaged the
+  same way); per-benchmark comparisons are listed as evidence, with how many common eval steps
+  had the first arm's across-seed mean curve above the second's. When neither arm has eval
+  records but both have training records, the metric falls back to the final planner training
+  reward (mean of each run's last 10% of steps), bootstrapped over seeds only, and says so.
+- An ordering of three arms (Fig. 7) is supported only if both of its pairs are; see
+  :func:`harness.report.stats.combine_verdicts` for the precedence.
+- **Curves** include failed runs up to where they stopped (they are measurements too).
+- **Diagnostics** per arm × role: each run's mean over its last 10% of steps (at least one),
+  then the mean over runs; alignment counters are mean per step over the whole run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from harness.report import stats
+from harness.report.dataset import Dataset, RunInfo
+
+FINAL_WINDOW = 0.10
+"""Fraction of a run's last steps averaged for 'final' training statistics."""
+
+
+@dataclass
+class AccuracyCell:
+    """Final accuracy of one arm on one benchmark (a row of the accuracy table)."""
+
+    benchmark: str
+    arm: str
+    mean: float
+    std: float
+    """Sample std over seeds (NaN with one seed)."""
+    ci_low: float
+    ci_high: float
+    n_seeds: int
+    run_ids: list[str]
+    seeds: list[int | None]
+    values: list[float]
+    """Per-run final accuracy, in ``run_ids`` order."""
+    n_tasks: tuple[int, int]
+    """Min and max number of distinct tasks in the final eval over the runs."""
+    final_steps: tuple[int, int]
+    n_failed: int
+    """Failed runs of this arm with eval records of this benchmark, left out of the statistics."""
+    draws: np.ndarray = field(repr=False, default_factory=lambda: np.empty(0))
+
+
+@dataclass
+class Comparison:
+    """One "better above worse" comparison, on one benchmark or pooled."""
+
+    better: str
+    worse: str
+    scope: str
+    """A benchmark name, or ``pooled (b1, b2, ...)``."""
+    metric: str
+    mean_better: float
+    mean_worse: float
+    diff: float
+    ci_low: float
+    ci_high: float
+    n_better: int
+    n_worse: int
+    verdict: str
+    steps_above: tuple[int, int] | None = None
+    """(eval steps where better's mean curve is above worse's, common eval steps)."""
+
+
+@dataclass
+class Claim:
+    """One of the paper's claims with its verdict and the numbers behind it."""
+
+    key: str
+    figure: str
+    statement: str
+    pairs: list[tuple[str, str]]
+    verdict: str
+    comparisons: list[Comparison]
+    """Per pair: the pooled comparison first, then per-benchmark ones."""
+    note: str = ""
+
+
+CLAIMS: tuple[tuple[str, str, str, list[tuple[str, str]]], ...] = (
+    ("fig6", "Fig. 6", "mgrpo is above frozen_sub on benchmark accuracy",
+     [("mgrpo", "frozen_sub")]),
+    ("fig7", "Fig. 7", "mgrpo > frozen_sub > single_agent",
+     [("mgrpo", "frozen_sub"), ("frozen_sub", "single_agent")]),
+    ("fig8", "Fig. 8", "mgrpo with trajectory alignment > mgrpo with alignment: none",
+     [("mgrpo", "mgrpo[alignment=none]")]),
+)
+
+
+@dataclass
+class CollapseRow:
+    run_id: str
+    arm: str
+    seed: int | None
+    series: str
+    peak_step: int
+    peak: float
+    collapse_step: int
+    final: float
+    drop: float
+
+
+@dataclass
+class DiagnosticsRow:
+    arm: str
+    role: str
+    n_runs: int
+    values: dict[str, float]
+
+
+@dataclass
+class SubCallsHist:
+    arm: str
+    source: str
+    """'training step records' or 'eval task records'."""
+    counts: np.ndarray
+    q99: int | None
+    n_rollouts: int
+
+
+@dataclass
+class Analysis:
+    accuracy: list[AccuracyCell]
+    claims: list[Claim]
+    collapses: list[CollapseRow]
+    n_series_checked: int
+    diagnostics: list[DiagnosticsRow]
+    sub_calls: list[SubCallsHist]
+    run_acc: pd.DataFrame
+    """Accuracy per run_id, arm, seed, step, benchmark (mean over tasks) and n_tasks."""
+
+
+DIAG_COLUMNS = ("reward_mean", "clip_ratio", "entropy", "grad_norm", "kl", "frac_zero_std_groups",
+                "sub_calls_mean", "wait_s", "rollout_s", "train_s")
+COUNTER_COLUMNS = ("align_duplicated", "align_dropped")
+
+
+def analyse(ds: Dataset, *, smooth: float, collapse_margin: float, seed: int = 0,
+            n_boot: int = 2000) -> Analysis:
+    run_acc = run_accuracy(ds)
+    acc = accuracy_table(ds, seed=seed, n_boot=n_boot)
+    claims = evaluate_claims(ds, acc, run_acc, seed=seed, n_boot=n_boot)
+    collapses, n_checked = find_collapses(ds, run_acc, margin=collapse_margin, alpha=smooth)
+    return Analysis(accuracy=acc, claims=claims, collapses=collapses, n_series_checked=n_checked,
+                    diagnostics=diagnostics(ds), sub_calls=sub_calls_hists(ds), run_acc=run_acc)
+
+
+def run_accuracy(ds: Dataset) -> pd.DataFrame:
+    ev = ds.evals
+    if not len(ev):
+        return pd.DataFrame(columns=["run_id", "arm", "seed", "step", "benchmark", "acc", "n_tasks"])
+    g = ev.groupby(["run_id", "step", "benchmark"], sort=True)["correct"].agg(["mean", "size"])
+    out = g.reset_index().rename(columns={"mean": "acc", "size": "n_tasks"})
+    arm_of = {r.run_id: r.arm for r in ds.runs}
+    seed_of = {r.run_id: r.seed for r in ds.runs}
+    out["arm"] = out["run_id"].map(arm_of)
+    out["seed"] = out["run_id"].map(seed_of)
+    return out
+
+
+def accuracy_table(ds: Dataset, *, seed: int = 0, n_boot: int = 2000) -> list[AccuracyCell]:
+    ev = ds.evals
+    if not len(ev):
+        return []
+    last = ev.groupby(["run_id", "benchmark"])["step"].transform("max")
+    final = ev[ev["step"] == last]
+    failed = {r.run_id for r in ds.runs if r.failed}
+    runs = {r.run_id: r for r in ds.runs}
+    cells: list[AccuracyCell] = []
+    for bench in sorted(final["benchmark"].unique()):
+        fb = final[final["benchmark"] == bench]
+        for arm in ds.arms():
+            fa = fb[fb["arm"] == arm]
+            if not len(fa):
+                continue
+            ids = [rid for rid in sorted(fa["run_id"].unique(), key=lambda r: (runs[r].seed is None, runs[r].seed, r))]
+            ok = [rid for rid in ids if rid not in failed]
+            n_failed = len(ids) - len(ok)
+            if not ok:
+                cells.append(AccuracyCell(bench, arm, math.nan, math.nan, math.nan, math.nan, 0,
+                                          [], [], [], (0, 0), (0, 0), n_failed))
+                continue
+            per_run = [fa.loc[fa["run_id"] == rid, "correct"].to_numpy(float) for rid in ok]
+            values = [float(a.mean()) for a in per_run]
+            mean, std = stats.mean_std(values)
+            draws = stats.bootstrap_seed_task(per_run, stats.cell_rng(seed, "acc", bench, arm), n_boot)
+            lo, hi = stats.percentile_ci(draws)
+            steps = [int(fa.loc[fa["run_id"] == rid, "step"].iloc[0]) for rid in ok]
+            sizes = [a.size for a in per_run]
+            cells.append(AccuracyCell(
+                benchmark=bench, arm=arm, mean=mean, std=std, ci_low=lo, ci_high=hi,
+                n_seeds=len(ok), run_ids=ok, seeds=[runs[r].seed for r in ok], values=values,
+                n_tasks=(min(sizes), max(sizes)), final_steps=(min(steps), max(steps)),
+                n_failed=n_failed, draws=draws))
+    return cells
+
+
+def curve(df: pd.DataFrame, value: str, *, alpha: float | None = None,
+          by: str = "run_id") -> pd.DataFrame:
+    """Across-run mean, sample std and count per step of ``value`` (EMA per run first if alpha).
+
+    numpy instead of a pandas groupby/transform: this runs for every line of every figure.
+    """
+    if not len(df):
+        return pd.DataFrame({"step": [], "mean": [], "std": [], "n": []})
+    codes = pd.factorize(df[by])[0]
+    steps = df["step"].to_numpy()
+    v = df[value].to_numpy(dtype=float, na_value=np.nan).copy()
+    order = np.lexsort((steps, codes))
+    codes, steps, v = codes[order], steps[order], v[order]
+    if alpha is not None and alpha < 1:
+        bounds = np.flatnonzero(np.diff(codes)) + 1
+        for seg in np.split(np.arange(v.size), bounds):
+            v[seg] = stats.ema(v[seg], alpha, steps[seg])
+    keep = ~np.isnan(v)
+    steps, v = steps[keep], v[keep]
+    if not v.size:
+        return pd.DataFrame({"step": [], "mean": [], "std": [], "n": []})
+    ustep, inv = np.unique(steps, return_inverse=True)
+    n = np.bincount(inv)
+    mean = np.bincount(inv, v) / n
+    ss = np.bincount(inv, (v - mean[inv]) ** 2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        std = np.where(n > 1, np.sqrt(ss / np.maximum(n - 1, 1)), np.nan)
+    return pd.DataFrame({"step": ustep, "mean": mean, "std": std, "n": n})
+
+
+def _compare(better: str, worse: str, scope: str, metric: str, draws_b: np.ndarray,
+             draws_w: np.ndarray, mean_b: float, mean_w: float, n_b: int, n_w: int,
+             steps_above: tuple[int, int] | None) -> Comparison:
+    diff = mean_b - mean_w
+    lo, hi = stats.percentile_ci(draws_b - draws_w)
+    return Comparison(better, worse, scope, metric, mean_b, mean_w, diff, lo, hi, n_b, n_w,
+                      stats.verdict(diff, lo, hi), steps_above)
+
+
+def _not_run(better: str, worse: str, why: str) -> Comparison:
+    nan = math.nan
+    return Comparison(better, worse, why, "-", nan, nan, nan, nan, nan, 0, 0, stats.NOT_RUN)
+
+
+def arm_curves(run_acc: pd.DataFrame) -> dict[tuple[str, str], dict[int, float]]:
+    """(arm, benchmark) -> {eval step: across-seed mean accuracy} (all runs, failed included)."""
+    out: dict[tuple[str, str], dict[int, float]] = {}
+    if not len(run_acc):
+        return out
+    g = run_acc.groupby(["arm", "benchmark", "step"], sort=True)["acc"].mean()
+    for (arm, bench, step), v in zip(g.index, g.to_numpy(float)):
+        out.setdefault((str(arm), str(bench)), {})[int(step)] = float(v)
+    return out
+
+
+def _steps_above(curves: dict[tuple[str, str], dict[int, float]], a: str, b: str,
+                 benches: list[str]) -> tuple[int, int]:
+    """Eval steps (present for both arms on every benchmark) where a's pooled mean is above b's."""
+    common: set[int] | None = None
+    for bench in benches:
+        s = set(curves.get((a, bench), {})) & set(curves.get((b, bench), {}))
+        common = s if common is None else common & s
+    if not common:
+        return (0, 0)
+    above = sum(np.mean([curves[(a, x)][st] for x in benches])
+                > np.mean([curves[(b, x)][st] for x in benches]) for st in common)
+    return int(above), len(common)
+
+
+def _final_reward(ds: Dataset, arm: str) -> list[float]:
+    st = ds.steps
+    ok = [r.run_id for r in ds.runs if r.arm == arm and not r.failed]
+    out: list[float] = []
+    for rid in ok:
+        s = st[(st["run_id"] == rid) & (st["role"] == "planner")]["reward_mean"].dropna()
+        if len(s):
+            k = max(1, math.ceil(FINAL_WINDOW * len(s)))
+            out.append(float(s.iloc[-k:].mean()))
+    return out
+
+
+def compare_pair(ds: Dataset, acc: list[AccuracyCell], run_acc: pd.DataFrame, better: str,
+                 worse: str, *, seed: int, n_boot: int) -> list[Comparison]:
+    """Pooled comparison first, then one per common benchmark (or the reward fallback)."""
+    arms = set(ds.arms())
+    missing = [a for a in (better, worse) if a not in arms]
+    if missing:
+        return [_not_run(better, worse, f"no runs of {', '.join(missing)}")]
+    curves = arm_curves(run_acc)
+    cb = {c.benchmark: c for c in acc if c.arm == better and c.n_seeds}
+    cw = {c.benchmark: c for c in acc if c.arm == worse and c.n_seeds}
+    benches = sorted(set(cb) & set(cw))
+    if benches:
+        per = [_compare(better, worse, b, "final accuracy", cb[b].draws, cw[b].draws, cb[b].mean,
+                        cw[b].mean, cb[b].n_seeds, cw[b].n_seeds,
+                        _steps_above(curves, better, worse, [b])) for b in benches]
+        pooled = _compare(
+            better, worse, f"pooled ({', '.join(benches)})", "final accuracy, mean over benchmarks",
+            np.mean([cb[b].draws for b in benches], axis=0),
+            np.mean([cw[b].draws for b in benches], axis=0),
+            float(np.mean([cb[b].mean for b in benches])), float(np.mean([cw[b].mean for b in benches])),
+            min(cb[b].n_seeds for b in benches), min(cw[b].n_seeds for b in benches),
+            _steps_above(curves, better, worse, benches))
+        return [pooled, *per] if len(per) > 1 else [pooled]
+    if cb or cw:
+        return [_not_run(better, worse, "no benchmark evaluated for both arms")]
+    rb, rw = _final_reward(ds, better), _final_reward(ds, worse)
+    if rb and rw:
+        db = stats.bootstrap_seed_task([np.array([v]) for v in rb],
+                                       stats.cell_rng(seed, "reward", better), n_boot)
+        dw = stats.bootstrap_seed_task([np.array([v]) for v in rw],
+                                       stats.cell_rng(seed, "reward", worse), n_boot)
+        return [_compare(better, worse, "training (no eval records)",
+                         "final planner training reward (last 10% of steps)", db, dw,
+                         float(np.mean(rb)), float(np.mean(rw)), len(rb), len(rw), None)]
+    return [_not_run(better, worse, "no completed runs with records for both arms")]
+
+
+def evaluate_claims(ds: Dataset, acc: list[AccuracyCell], run_acc: pd.DataFrame, *, seed: int = 0,
+                    n_boot: int = 2000) -> list[Claim]:
+    claims: list[Claim] = []
+    for key, fig, statement, pairs in CLAIMS:
+        comps: list[Comparison] = []
+        pair_verdicts: list[str] = []
+        for better, worse in pairs:
+            cs = compare_pair(ds, acc, run_acc, better, worse, seed=seed, n_boot=n_boot)
+            comps.extend(cs)
+            pair_verdicts.append(cs[0].verdict)
+        claims.append(Claim(key, fig, statement, list(pairs), stats.combine_verdicts(pair_verdicts),
+                            comps))
+    return claims
+
+
+def find_collapses(ds: Dataset, run_acc: pd.DataFrame, *, margin: float,
+                   alpha: float) -> tuple[list[CollapseRow], int]:
+    rows: list[CollapseRow] = []
+    n = 0
+    st = ds.steps
+    for r in ds.runs:
+        series: list[tuple[str, np.ndarray, np.ndarray]] = []
+        if len(st):
+            sr = st[st["run_id"] == r.run_id]
+            for role in r.roles:
+                s = sr[sr["role"] == role]
+                series.append((f"training reward ({role})", s["step"].to_numpy(),
+                               s["reward_mean"].to_numpy(float)))
+        if len(run_acc):
+            ra = run_acc[run_acc["run_id"] == r.run_id]
+            for bench in sorted(ra["benchmark"].unique()):
+                s = ra[ra["benchmark"] == bench]
+                series.append((f"accuracy ({bench})", s["step"].to_numpy(), s["acc"].to_numpy(float)))
+        for name, x, y in series:
+            n += 1
+            c = stats.detect_collapse(x, y, margin, alpha)
+            if c is not None:
+                rows.append(CollapseRow(r.run_id, r.arm, r.seed, name, c.peak_step, c.peak,
+                                        c.collapse_step, c.final, c.drop))
+    return rows, n
+
+
+def diagnostics(ds: Dataset) -> list[DiagnosticsRow]:
+    st = ds.steps
+    out: list[DiagnosticsRow] = []
+    if not len(st):
+        return out
+    for arm in ds.arms():
+        sa = st[st["arm"] == arm]
+        for role in sorted(sa["role"].unique(), key=lambda x: (x != "planner", x)):
+            s = sa[sa["role"] == role]
+            per_run: list[dict[str, float]] = []
+            for _, g in s.groupby("run_id", sort=True):
+                k = max(1, math.ceil(FINAL_WINDOW * len(g)))
+                tail = g.iloc[-k:]
+                vals = {c: float(tail[c].mean()) for c in DIAG_COLUMNS}
+                for c in COUNTER_COLUMNS:
+                    vals[c + "_per_step"] = float(g[c].mean())
+                    vals[c + "_total"] = float(g[c].sum(min_count=1))
+                per_run.append(vals)
+            keys = per_run[0].keys()
+            means = {k: float(np.nanmean([v[k] for v in per_run]))
+                     if any(not math.isnan(v[k]) for v in per_run) else math.nan for k in keys}
+            out.append(DiagnosticsRow(arm, role, len(per_run), means))
+    return out
+
+
+def sub_calls_hists(ds: Dataset) -> list[SubCallsHist]:
+    out: list[SubCallsHist] = []
+    for arm in ds.arms():
+        runs: list[RunInfo] = [r for r in ds.runs if r.arm == arm]
+        hists = [r.sub_calls_hist for r in runs if r.sub_calls_hist is not None]
+        source = "training step records"
+        if hists:
+            n = max(h.size for h in hists)
+            counts = np.sum([np.pad(h, (0, n - h.size)) for h in hists], axis=0)
+        else:
+            ev = ds.evals
+            vals = ev.loc[ev["arm"] == arm, "n_sub_calls"].dropna().astype(int).to_numpy() \
+                if len(ev) else np.empty(0, int)
+            if not vals.size:
+                continue
+            counts = np.bincount(vals).astype(float)
+            source = "eval task records"
+        if counts[1:].sum() <= 0:  # an arm that never delegates (single_agent) has nothing to show
+            continue
+        out.append(SubCallsHist(arm, source, counts, stats.hist_quantile(counts, 0.99),
+                                int(counts.sum())))
+    return out

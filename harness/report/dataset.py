@@ -1,0 +1,286 @@
+"""Load a runs folder into tables for the report (DESIGN §8), using :mod:`harness.records` only.
+
+What a run becomes (decisions where §8 is silent, also in docs/report.md):
+
+- **Arm** (the comparison label): ``provenance["arm"]`` if set; otherwise the trainer, suffixed
+  ``[alignment=none]`` when the resolved config has a key ``alignment`` equal to ``"none"``
+  anywhere (the Fig. 8 ablation, §4).
+- **Trainer / seed**: from provenance (``trainer``, a single entry of ``seeds``), else from the
+  records. A run without provenance is kept and flagged.
+- **State**: ``status.json``'s state (``completed``/``failed``/``running``), else ``unknown``. A
+  run whose last step is below the longest run of its arm is flagged *short*. Failed runs are
+  shown everywhere (provenance, curves up to where they stop, collapse checks) but left out of
+  final-accuracy statistics, where the table counts them separately.
+- **Eval records**: per ``(run, step, benchmark)`` a task id counts once (the last record wins,
+  so a re-evaluation appended to the same file replaces the earlier verdict).
+- A truncated final line (writer killed mid-line) is skipped with a note; any other broken
+  line, or a schema newer than the code, stops the report with the file and line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness import records as rec
+
+STEP_COLUMNS = (
+    "reward_mean", "reward_std", "advantage_abs_mean", "frac_zero_std_groups", "policy_loss",
+    "clip_ratio", "entropy", "grad_norm", "kl", "n_trajectories", "n_model_tokens",
+    "sub_calls_mean", "sub_calls_p99", "align_duplicated", "align_dropped", "rollout_s",
+    "train_s", "wait_s", "policy_version",
+)
+
+ARM_ORDER = ("single_agent", "frozen_sub", "mgrpo", "mgrpo[alignment=none]")
+
+
+class ReportInputError(Exception):
+    """The runs folder cannot be reported on; the message says what is wrong and what to do."""
+
+
+@dataclass
+class RunInfo:
+    """One run folder as the report sees it."""
+
+    run_id: str
+    path: Path
+    trainer: str
+    arm: str
+    seed: int | None
+    state: str
+    """completed | failed | running | unknown (no status.json)."""
+    status: dict[str, Any]
+    provenance: dict[str, Any] | None
+    roles: list[str] = field(default_factory=list)
+    last_step: dict[str, int] = field(default_factory=dict)
+    eval_steps: list[int] = field(default_factory=list)
+    benchmarks: list[str] = field(default_factory=list)
+    schemas: set[int] = field(default_factory=set)
+    migrated: int = 0
+    notes: list[str] = field(default_factory=list)
+    sub_calls_hist: np.ndarray | None = None
+    """Pooled training histogram of sub-agent calls per rollout (planner step records)."""
+    short: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return self.state == "failed"
+
+    @property
+    def max_step(self) -> int | None:
+        steps = list(self.last_step.values()) + self.eval_steps
+        return max(steps) if steps else None
+
+
+@dataclass
+class Dataset:
+    """Everything the report needs, loaded once."""
+
+    runs_dir: Path
+    runs: list[RunInfo]
+    steps: pd.DataFrame
+    """One row per step record: run_id, arm, seed, role, step, time + STEP_COLUMNS."""
+    evals: pd.DataFrame
+    """One row per task (deduplicated): run_id, arm, seed, step, benchmark, task_id, correct,
+    n_sub_calls, error."""
+
+    def arms(self) -> list[str]:
+        return sort_arms({r.arm for r in self.runs})
+
+    def run(self, run_id: str) -> RunInfo:
+        return next(r for r in self.runs if r.run_id == run_id)
+
+
+def sort_arms(arms: set[str] | list[str]) -> list[str]:
+    return sorted(arms, key=lambda a: (ARM_ORDER.index(a) if a in ARM_ORDER else len(ARM_ORDER), a))
+
+
+def _find_alignment_none(cfg: Any) -> bool:
+    if isinstance(cfg, dict):
+        for k, v in cfg.items():
+            if k == "alignment" and isinstance(v, str) and v.lower() == "none":
+                return True
+            if _find_alignment_none(v):
+                return True
+    elif isinstance(cfg, list):
+        return any(_find_alignment_none(v) for v in cfg)
+    return False
+
+
+def load(runs_dir: str | Path) -> Dataset:
+    """Read every run under ``runs_dir``; raises ReportInputError / RecordError with clear text."""
+    root = Path(runs_dir)
+    if not root.exists():
+        raise ReportInputError(
+            f"runs folder {root} does not exist; train first (python -m harness train ... or "
+            f"python -m harness experiment) or pass --runs DIR")
+    if not root.is_dir():
+        raise ReportInputError(f"--runs {root} is not a folder")
+    paths = rec.find_runs(root)
+    if not paths:
+        raise ReportInputError(
+            f"no runs found in {root}: expected folders <run_id>/ holding provenance.json, "
+            f"<role>/metrics.jsonl or eval/<step>/<benchmark>.jsonl (DESIGN §8)")
+
+    runs: list[RunInfo] = []
+    step_cols: dict[str, list[Any]] = {k: [] for k in ("run_id", "role", "seed", "step", "time",
+                                                       *STEP_COLUMNS)}
+    ev_cols: dict[str, list[Any]] = {k: [] for k in ("run_id", "seed", "step", "benchmark",
+                                                     "task_id", "correct", "n_sub_calls", "error")}
+    for rp in paths:
+        info = _load_run(rp, step_cols, ev_cols)
+        runs.append(info)
+
+    steps = pd.DataFrame(step_cols)
+    evals = pd.DataFrame(ev_cols)
+    arm_of = {r.run_id: r.arm for r in runs}
+    seed_of = {r.run_id: r.seed for r in runs}
+    for df in (steps, evals):
+        df["arm"] = df["run_id"].map(arm_of)
+        # The run's seed (provenance) wins over the per-record field for grouping.
+        df["seed"] = df["run_id"].map(seed_of).fillna(df["seed"]) if len(df) else df["seed"]
+    if len(evals):
+        evals = evals.drop_duplicates(["run_id", "step", "benchmark", "task_id"], keep="last")
+        evals["correct"] = evals["correct"].astype(float)
+    if len(steps):
+        steps = steps.sort_values(["run_id", "role", "step"], kind="stable").reset_index(drop=True)
+        for c in STEP_COLUMNS:
+            steps[c] = pd.to_numeric(steps[c], errors="coerce")
+
+    _flag_short(runs)
+    return Dataset(runs_dir=root, runs=runs, steps=steps, evals=evals.reset_index(drop=True))
+
+
+def _load_run(rp: rec.RunPaths, step_cols: dict[str, list[Any]],
+              ev_cols: dict[str, list[Any]]) -> RunInfo:
+    notes: list[str] = []
+    prov: dict[str, Any] | None = None
+    if rp.provenance.is_file():
+        doc = rec.read_json(rp.provenance)
+        if not isinstance(doc, dict):
+            raise rec.RecordError(f"{rp.provenance}: expected a JSON object")
+        if isinstance(doc.get("schema"), int) and doc["schema"] > rec.SCHEMA_VERSION:
+            raise rec.RecordError(
+                f"{rp.provenance}: provenance schema version {doc['schema']} is newer than this "
+                f"harness understands ({rec.SCHEMA_VERSION}); update the harness")
+        prov = doc
+    else:
+        notes.append("no provenance.json: commit, config and versions unknown")
+    status = rec.read_status(rp.root)
+    info = RunInfo(run_id=rp.run_id, path=rp.root, trainer="", arm="", seed=None,
+                   state=status["state"], status=status, provenance=prov, notes=notes)
+
+    rec_trainers: set[str] = set()
+    rec_seeds: set[int] = set()
+    for role in rp.roles():
+        res = rec.read_steps(rp.metrics(role), tolerate_truncated_tail=True)
+        _note_read(info, res, f"{role}/{rec.METRICS_FILE}")
+        if not res.records:
+            continue
+        info.roles.append(role)
+        hist: np.ndarray | None = None
+        for r in res.records:
+            d = r.__dict__
+            step_cols["run_id"].append(rp.run_id)
+            step_cols["role"].append(role)
+            step_cols["seed"].append(r.seed)
+            step_cols["step"].append(r.step)
+            step_cols["time"].append(r.time)
+            for c in STEP_COLUMNS:
+                step_cols[c].append(d[c])
+            if r.sub_calls_hist:
+                h = np.asarray(r.sub_calls_hist, dtype=float)
+                if hist is None or hist.size < h.size:
+                    hist = h if hist is None else np.pad(hist, (0, h.size - hist.size)) + h
+                else:
+                    hist[: h.size] += h
+            rec_trainers.add(r.trainer)
+            rec_seeds.add(r.seed)
+        info.last_step[role] = max(r.step for r in res.records)
+        if hist is not None:
+            info.sub_calls_hist = (hist if info.sub_calls_hist is None
+                                   else _add_hist(info.sub_calls_hist, hist))
+
+    eval_steps: set[int] = set()
+    benchmarks: set[str] = set()
+    for step, bench, path in rp.eval_files():
+        res = rec.read_tasks(path, tolerate_truncated_tail=True)
+        _note_read(info, res, str(path.relative_to(rp.root)))
+        for r in res.records:
+            if r.step != step or r.benchmark != bench:
+                raise rec.RecordError(
+                    f"{path}: holds a record for step {r.step} / benchmark {r.benchmark!r} "
+                    f"(task {r.task_id!r}); records belong in eval/<step>/<benchmark>.jsonl")
+            ev_cols["run_id"].append(rp.run_id)
+            ev_cols["seed"].append(r.seed)
+            ev_cols["step"].append(r.step)
+            ev_cols["benchmark"].append(r.benchmark)
+            ev_cols["task_id"].append(r.task_id)
+            ev_cols["correct"].append(bool(r.correct))
+            ev_cols["n_sub_calls"].append(r.n_sub_calls)
+            ev_cols["error"].append(r.error)
+            rec_trainers.add(r.trainer)
+            rec_seeds.add(r.seed)
+        if res.records:
+            eval_steps.add(step)
+            benchmarks.add(bench)
+    info.eval_steps = sorted(eval_steps)
+    info.benchmarks = sorted(benchmarks)
+
+    trainer = (prov or {}).get("trainer")
+    if not trainer:
+        trainer = sorted(rec_trainers)[0] if rec_trainers else "unknown"
+    if len(rec_trainers) > 1:
+        notes.append(f"records name several trainers {sorted(rec_trainers)}; using {trainer!r}")
+    info.trainer = trainer
+    arm = (prov or {}).get("arm")
+    if not arm:
+        arm = trainer + ("[alignment=none]"
+                         if _find_alignment_none((prov or {}).get("config")) else "")
+    info.arm = arm
+    seeds = (prov or {}).get("seeds")
+    if isinstance(seeds, list) and len(seeds) == 1:
+        info.seed = int(seeds[0])
+    elif len(rec_seeds) == 1:
+        info.seed = next(iter(rec_seeds))
+    elif rec_seeds:
+        info.seed = min(rec_seeds)
+        notes.append(f"records carry several seeds {sorted(rec_seeds)}; grouped as seed {info.seed}")
+    if not info.roles and not info.eval_steps:
+        notes.append("no step or eval records yet")
+    if info.state == "failed":
+        err = status.get("error")
+        notes.append("run failed" + (f": {err}" if err else ""))
+    return info
+
+
+def _add_hist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    n = max(a.size, b.size)
+    return np.pad(a, (0, n - a.size)) + np.pad(b, (0, n - b.size))
+
+
+def _note_read(info: RunInfo, res: rec.ReadResult, rel: str) -> None:
+    info.schemas |= res.schemas
+    info.migrated += res.migrated
+    if res.truncated_tail:
+        info.notes.append(f"{rel}: incomplete last line skipped (writer stopped mid-line)")
+    if res.migrated:
+        info.notes.append(f"{rel}: {res.migrated} record(s) migrated from schema "
+                          f"{sorted(v for v in res.schemas if v < rec.SCHEMA_VERSION)} "
+                          f"to {rec.SCHEMA_VERSION}")
+
+
+def _flag_short(runs: list[RunInfo]) -> None:
+    longest: dict[str, int] = {}
+    for r in runs:
+        if r.max_step is not None:
+            longest[r.arm] = max(longest.get(r.arm, r.max_step), r.max_step)
+    for r in runs:
+        if r.max_step is not None and r.max_step < longest[r.arm]:
+            r.short = True
+            r.notes.append(f"short: stops at step {r.max_step}, other {r.arm} runs reach "
+                           f"{longest[r.arm]}")

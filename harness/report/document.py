@@ -1,0 +1,210 @@
+"""Assemble the report's document (sections, tables, figures) from the analysis (DESIGN §8).
+
+Section order: claims first (what a reader wants), then the accuracy table, stability curves,
+sample efficiency, per-agent diagnostics, collapse detection, runs and provenance, and the rules
+used. Numbers are fractions (accuracy in [0, 1]) with three decimals.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.report.analysis import Analysis, Claim, Comparison
+from harness.report.figures import FigureInfo
+from harness.report.dataset import Dataset, RunInfo
+from harness.report.render import Bullets, Details, Document, Fig, Heading, Para, Table, pretty_json
+
+
+@dataclass
+class Options:
+    """Report settings (the CLI flags)."""
+
+    runs_dir: Path
+    out_dir: Path
+    smooth: float = 0.05
+    """Step-aware EMA weight of a point one optimizer step after the last, in (0, 1]; 1 = none."""
+    collapse_margin: float = 0.1
+    """Absolute drop below the smoothed peak that counts as a collapse (accuracy/reward units)."""
+    n_boot: int = 2000
+    """Bootstrap resamples per table cell."""
+    seed: int = 0
+    """Seed of the bootstrap generators (each cell's generator also hashes its labels)."""
+    title: str = "M-GRPO comparison report"
+
+
+def f3(x: float | None) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def signed(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x:+.3f}"
+
+
+def _range(a: int, b: int) -> str:
+    return str(a) if a == b else f"{a}–{b}"
+
+
+def _comparison_numbers(c: Comparison) -> str:
+    if c.verdict == "not run":
+        return f"{c.better} vs {c.worse}: not run ({c.scope})"
+    s = (f"{c.better} {f3(c.mean_better)} vs {c.worse} {f3(c.mean_worse)}: diff {signed(c.diff)}, "
+         f"95% CI [{signed(c.ci_low)}, {signed(c.ci_high)}]")
+    if c.steps_above is not None and c.steps_above[1]:
+        s += f"; above at {c.steps_above[0]}/{c.steps_above[1]} eval steps"
+    return s
+
+
+def _claim_summary(cl: Claim) -> str:
+    pooled = [c for c in cl.comparisons if c.scope.startswith(("pooled", "training")) or
+              c.verdict == "not run"]
+    return " | ".join(_comparison_numbers(c) for c in pooled) or "no data"
+
+
+def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Options) -> Document:
+    doc = Document(opt.title)
+    fig = {f.name: f for f in figs}
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    arms = ds.arms()
+    n_failed = sum(r.failed for r in ds.runs)
+    doc.add(Para(
+        f"Generated {now} from the records in {ds.runs_dir} ({len(ds.runs)} runs; arms: "
+        f"{', '.join(arms)}; {n_failed} failed). Settings: EMA α = {opt.smooth:g}, collapse margin "
+        f"= {opt.collapse_margin:g}, {opt.n_boot} bootstrap resamples, bootstrap seed {opt.seed}. "
+        f"Source: arXiv 2511.13288 (M-GRPO); its results are curves, so each claim below is a "
+        f"verdict from our own runs."))
+
+    # -- claims
+    doc.add(Heading(1, "The paper's claims"))
+    doc.add(Table(["figure", "claim", "verdict", "numbers behind the verdict"],
+                  [[c.figure, c.statement, c.verdict, _claim_summary(c)] for c in an.claims]))
+    rows = []
+    for cl in an.claims:
+        for c in cl.comparisons:
+            above = (f"{c.steps_above[0]}/{c.steps_above[1]}" if c.steps_above and c.steps_above[1]
+                     else "n/a")
+            rows.append([cl.figure, f"{c.better} > {c.worse}", c.scope, c.metric,
+                         f3(c.mean_better), f3(c.mean_worse), signed(c.diff),
+                         f"[{signed(c.ci_low)}, {signed(c.ci_high)}]", f"{c.n_better}/{c.n_worse}",
+                         above, c.verdict])
+    doc.add(Table(["figure", "comparison", "scope", "metric", "first", "second", "diff",
+                   "95% CI of diff", "seeds (first/second)", "above at eval steps", "verdict"], rows))
+    doc.add(Para(
+        "Verdict rule: d = mean over seeds of the first arm's final accuracy minus the second's "
+        "(pooled = mean over the benchmarks both arms were evaluated on); the interval is the "
+        "2.5/97.5 percentile of the difference of independent two-level bootstrap draws (seeds, "
+        "then tasks within a seed). supported: d > 0 and the interval excludes 0; inconclusive: "
+        "d > 0 but the interval contains 0; not supported: d <= 0; not run: an arm has no "
+        "completed records. An ordering of three arms needs both pairs supported. Failed runs "
+        "are excluded from final accuracy."))
+
+    # -- accuracy table
+    doc.add(Heading(1, "Final accuracy per benchmark and trainer"))
+    if an.accuracy:
+        doc.add(Table(
+            ["benchmark", "trainer", "accuracy (mean ± std)", "95% bootstrap CI", "tasks",
+             "seeds", "final step", "failed runs (excluded)"],
+            [[c.benchmark, c.arm,
+              f"{f3(c.mean)} ± {f3(c.std)}" if c.n_seeds else "n/a",
+              f"[{f3(c.ci_low)}, {f3(c.ci_high)}]" if c.n_seeds else "n/a",
+              _range(*c.n_tasks) if c.n_seeds else "0",
+              f"{c.n_seeds} ({', '.join(str(s) for s in c.seeds)})" if c.n_seeds else "0",
+              _range(*c.final_steps) if c.n_seeds else "n/a", str(c.n_failed)]
+             for c in an.accuracy]))
+        doc.add(Para("Accuracy of a run = fraction of tasks correct at its last evaluated step "
+                     "(crashes, timeouts and unscorable answers count as incorrect, §7); mean and "
+                     "sample std (ddof = 1) over seeds; the CI is a seeded two-level bootstrap "
+                     "(seeds, then tasks)."))
+    else:
+        doc.add(Para("No eval records (eval/<step>/<benchmark>.jsonl) in any run: no accuracy "
+                     "table. Evaluate with pytest benchmarks/ --trainer=<name>."))
+
+    # -- curves
+    doc.add(Heading(1, "Stability curves"))
+    doc.add(Fig(fig["accuracy_curves"]), Fig(fig["reward_curves"]))
+    doc.add(Heading(1, "Sample efficiency"))
+    doc.add(Fig(fig["sample_efficiency"]))
+
+    # -- diagnostics
+    doc.add(Heading(1, "Per-agent diagnostics"))
+    if an.diagnostics:
+        doc.add(Table(
+            ["trainer", "role", "runs", "final reward", "clip ratio", "entropy (nats/token)",
+             "grad norm", "KL", "zero-std groups", "sub-calls/rollout", "wait (s/step)",
+             "rollout (s/step)", "train (s/step)", "duplicated (per step; total/run)",
+             "dropped (per step; total/run)"],
+            [[d.arm, d.role, str(d.n_runs), f3(d.values["reward_mean"]),
+              f3(d.values["clip_ratio"]), f3(d.values["entropy"]), f3(d.values["grad_norm"]),
+              f3(d.values["kl"]), f3(d.values["frac_zero_std_groups"]),
+              f3(d.values["sub_calls_mean"]), f3(d.values["wait_s"]), f3(d.values["rollout_s"]),
+              f3(d.values["train_s"]),
+              f"{f3(d.values['align_duplicated_per_step'])}; {f3(d.values['align_duplicated_total'])}",
+              f"{f3(d.values['align_dropped_per_step'])}; {f3(d.values['align_dropped_total'])}"]
+             for d in an.diagnostics]))
+        doc.add(Para("Per run: mean over its last 10% of steps (counters: per step over the whole "
+                     "run, and the run's total); then the mean over runs. n/a = not recorded."))
+    else:
+        doc.add(Para("No step records (<role>/metrics.jsonl) in any run."))
+    if an.sub_calls:
+        doc.add(Table(["trainer", "source", "rollouts", "mean sub-calls", "0.99 quantile (d)"],
+                      [[h.arm, h.source, str(h.n_rollouts),
+                        f3(float((h.counts * range(h.counts.size)).sum() / max(h.counts.sum(), 1))),
+                        str(h.q99)] for h in an.sub_calls]))
+    doc.add(Fig(fig["diagnostics"]), Fig(fig["sub_calls_hist"]))
+
+    # -- collapse
+    doc.add(Heading(1, "Collapse detection"))
+    doc.add(Para(
+        f"Rule: on each run's EMA-smoothed series (α = {opt.smooth:g} per step), a collapse is a "
+        f"series whose last two points are both more than {opt.collapse_margin:g} below its peak; "
+        f"the reported step is where the last uninterrupted stretch below peak − margin began. "
+        f"Dips that recover are not collapses. Series checked: training reward per role and accuracy per benchmark, "
+        f"{an.n_series_checked} in all."))
+    if an.collapses:
+        doc.add(Table(["run", "trainer", "seed", "series", "peak (step)", "collapse step",
+                       "final", "drop"],
+                      [[c.run_id, c.arm, str(c.seed), c.series, f"{f3(c.peak)} ({c.peak_step})",
+                        str(c.collapse_step), f3(c.final), f3(c.drop)] for c in an.collapses]))
+    else:
+        doc.add(Para(f"No collapse detected in {an.n_series_checked} series."))
+
+    # -- provenance
+    doc.add(Heading(1, "Runs and provenance"))
+    doc.add(Table(["run", "trainer", "seed", "state", "last step per role", "eval steps",
+                   "commit", "dirty", "created", "host", "schema", "notes"],
+                  [_run_row(r) for r in ds.runs]))
+    for r in ds.runs:
+        doc.add(Details(f"provenance of {r.run_id} ({r.arm}, seed {r.seed}, {r.state})",
+                        pretty_json(r.provenance if r.provenance is not None
+                                    else {"missing": "no provenance.json", "status": r.status})))
+    doc.add(Heading(1, "How to read this report"))
+    doc.add(Bullets([
+        "Records only: every number comes from runs/<run_id>/<role>/metrics.jsonl and "
+        "runs/<run_id>/eval/<step>/<benchmark>.jsonl (schemas in harness/records.py).",
+        "Trainer column = arm: the trainer name, or <trainer>[alignment=none] for the Fig. 8 "
+        "ablation (provenance config alignment: none).",
+        "States: completed / failed / running from status.json, unknown when it is missing; "
+        "'short' marks a run that stops before the other runs of its arm.",
+        "Curves include failed runs up to where they stopped; bands need at least two seeds.",
+        "The offline tiny-world results say nothing about the paper's scale (see DESIGN §6).",
+    ]))
+    return doc
+
+
+def _run_row(r: RunInfo) -> list[str]:
+    prov = r.provenance or {}
+    git = prov.get("git") or {}
+    commit = git.get("commit")
+    host = (prov.get("host") or {}).get("hostname") if isinstance(prov.get("host"), dict) \
+        else prov.get("host")
+    state = r.state + (" (short)" if r.short else "")
+    return [r.run_id, r.arm, str(r.seed), state if not r.failed else "failed",
+            ", ".join(f"{k}: {v}" for k, v in r.last_step.items()) or "none",
+            (f"{len(r.eval_steps)} ({r.eval_steps[0]}–{r.eval_steps[-1]})" if r.eval_steps else "0"),
+            commit[:10] if isinstance(commit, str) else "unknown",
+            {True: "yes", False: "no"}.get(git.get("dirty"), "unknown"),
+            str(prov.get("created", "unknown")), str(host or "unknown"),
+            ", ".join(str(s) for s in sorted(r.schemas)) or "n/a",
+            "; ".join(r.notes) or ""]

@@ -1,0 +1,372 @@
+"""Tests of the comparison report (DESIGN §8): numbers against hand computations over generated
+records, verdicts, collapse rule, robustness to real-world run folders, figures' labels, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.report import Options, build_report, main
+from harness.report import analysis, dataset, stats
+from tests.support.records_factory import final_accuracy, make_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHES = ("local_gaia", "local_webwalkerqa")
+
+
+@pytest.fixture(scope="module")
+def messy(tmp_path_factory):
+    """3 trainers x 3 seeds with: a failed mgrpo run (short), a missing single_agent seed, a
+    truncated last line, a collapsing frozen_sub run; then the report built once."""
+    root = tmp_path_factory.mktemp("messy")
+    exp = make_experiment(
+        root / "runs", steps=60, eval_every=20, benchmarks=BENCHES, n_tasks=30, seed=7,
+        overrides={("mgrpo", 2): {"state": "failed", "steps": 40},
+                   ("frozen_sub", 0): {"truncated_tail": True},
+                   ("frozen_sub", 1): {"collapse_at": 25}},
+        missing=(("single_agent", 2),))
+    res = build_report(Options(runs_dir=root / "runs", out_dir=root / "out", n_boot=1000))
+    return exp, res
+
+
+def test_accuracy_table_equals_hand_computation(messy):
+    exp, res = messy
+    cells = {(c.benchmark, c.arm): c for c in res.analysis.accuracy}
+    assert set(cells) == {(b, a) for b in BENCHES for a in ("single_agent", "frozen_sub", "mgrpo")}
+    for (bench, arm), cell in cells.items():
+        runs = [s for s in exp.specs if s.label == arm and s.state != "failed"]
+        vals = [final_accuracy(exp, s.run_id, bench) for s in sorted(runs, key=lambda s: s.seed)]
+        assert cell.values == pytest.approx(vals)
+        assert cell.mean == pytest.approx(statistics.fmean(vals))
+        assert cell.std == pytest.approx(statistics.stdev(vals))
+        assert cell.n_seeds == len(vals) and cell.seeds == sorted(s.seed for s in runs)
+        assert cell.n_tasks == (30, 30)
+        assert cell.n_failed == (1 if arm == "mgrpo" else 0)
+        assert cell.final_steps == (60, 60)
+        assert cell.ci_low <= cell.mean <= cell.ci_high
+    # the markdown shows the same numbers
+    md = res.markdown.read_text()
+    c = cells[("local_gaia", "frozen_sub")]
+    assert f"| local_gaia | frozen_sub | {c.mean:.3f} ± {c.std:.3f} | [{c.ci_low:.3f}, {c.ci_high:.3f}] | 30 | 3 (0, 1, 2) | 60 | 0 |" in md
+    assert "| local_gaia | single_agent |" in md and "| 2 (0, 1) |" in md  # the missing seed
+
+
+def test_bootstrap_is_seeded_and_follows_the_two_level_rule():
+    a = [np.array([1, 0, 1, 1]), np.array([0, 0, 1, 0]), np.array([1, 1, 1, 0])]
+    d1 = stats.bootstrap_seed_task(a, stats.cell_rng(0, "acc", "b", "x"), 500)
+    d2 = stats.bootstrap_seed_task(a, stats.cell_rng(0, "acc", "b", "x"), 500)
+    d3 = stats.bootstrap_seed_task(a, stats.cell_rng(1, "acc", "b", "x"), 500)
+    assert np.array_equal(d1, d2) and not np.array_equal(d1, d3)
+    # hand computation of the same draws
+    rng = stats.cell_rng(0, "acc", "b", "x")
+    inner = np.stack([x[rng.integers(0, 4, size=(500, 4))].mean(1) for x in a])
+    pick = rng.integers(0, 3, size=(500, 3))
+    assert np.allclose(d1, inner[pick, np.arange(500)[:, None]].mean(1))
+    # degenerate: everything correct -> a point interval at 1
+    ones = stats.bootstrap_seed_task([np.ones(5), np.ones(7)], stats.cell_rng(0), 300)
+    assert stats.percentile_ci(ones) == (1.0, 1.0)
+    # more tasks -> a narrower interval
+    rng = np.random.default_rng(0)
+    small = [rng.random(20) < 0.5 for _ in range(3)]
+    big = [rng.random(2000) < 0.5 for _ in range(3)]
+    w = [np.subtract(*stats.percentile_ci(stats.bootstrap_seed_task(x, stats.cell_rng(0), 1000))[::-1])
+         for x in (small, big)]
+    assert w[1] < w[0]
+
+
+@pytest.mark.parametrize("diff,lo,hi,expected", [
+    (0.1, 0.02, 0.2, stats.SUPPORTED), (0.1, -0.01, 0.2, stats.INCONCLUSIVE),
+    (0.0, -0.1, 0.1, stats.NOT_SUPPORTED), (-0.2, -0.3, -0.1, stats.NOT_SUPPORTED),
+    (math.nan, math.nan, math.nan, stats.NOT_RUN)])
+def test_verdict_rule(diff, lo, hi, expected):
+    assert stats.verdict(diff, lo, hi) == expected
+
+
+def test_combine_verdicts_precedence():
+    S, N, I, R = stats.SUPPORTED, stats.NOT_SUPPORTED, stats.INCONCLUSIVE, stats.NOT_RUN
+    assert stats.combine_verdicts([S, S]) == S
+    assert stats.combine_verdicts([S, I]) == I
+    assert stats.combine_verdicts([I, R]) == R
+    assert stats.combine_verdicts([R, N]) == N
+
+
+def _analyse(root: Path) -> analysis.Analysis:
+    return analysis.analyse(dataset.load(root), smooth=0.05, collapse_margin=0.1, n_boot=1000)
+
+
+def test_claims_supported_and_not_run(tmp_path: Path):
+    make_experiment(tmp_path, trainers=("frozen_sub", "mgrpo"), steps=40, eval_every=20,
+                    benchmarks=BENCHES, n_tasks=200, final_acc={"frozen_sub": 0.3, "mgrpo": 0.8})
+    an = _analyse(tmp_path)
+    claims = {c.key: c for c in an.claims}
+    fig6 = claims["fig6"]
+    assert fig6.verdict == stats.SUPPORTED
+    pooled = fig6.comparisons[0]
+    assert pooled.scope.startswith("pooled") and pooled.diff > 0.3 and pooled.ci_low > 0
+    acc = {(c.benchmark, c.arm): c.mean for c in an.accuracy}
+    assert pooled.diff == pytest.approx(np.mean([acc[(b, "mgrpo")] - acc[(b, "frozen_sub")]
+                                                 for b in BENCHES]))
+    assert pooled.steps_above[1] == 3  # eval steps 0, 20, 40
+    assert claims["fig7"].verdict == stats.NOT_RUN  # no single_agent runs
+    assert "single_agent" in claims["fig7"].comparisons[-1].scope
+    assert claims["fig8"].verdict == stats.NOT_RUN
+
+
+def test_claims_not_supported_when_ordering_is_reversed(tmp_path: Path):
+    make_experiment(tmp_path, steps=40, eval_every=20, benchmarks=BENCHES, n_tasks=100,
+                    with_align_none=True,
+                    final_acc={"single_agent": 0.5, "frozen_sub": 0.7, "mgrpo": 0.3,
+                               "mgrpo[alignment=none]": 0.6})
+    claims = {c.key: c for c in _analyse(tmp_path).claims}
+    assert claims["fig6"].verdict == stats.NOT_SUPPORTED
+    assert claims["fig6"].comparisons[0].diff < 0
+    assert claims["fig7"].verdict == stats.NOT_SUPPORTED  # one pair contradicts
+    assert claims["fig8"].verdict == stats.NOT_SUPPORTED  # the ablation arm was found by config
+
+
+def test_claims_fall_back_to_training_reward_without_eval(tmp_path: Path):
+    make_experiment(tmp_path, trainers=("frozen_sub", "mgrpo"), steps=40, eval_every=20,
+                    benchmarks=BENCHES, n_tasks=5, final_acc={"frozen_sub": 0.2, "mgrpo": 0.9})
+    for d in tmp_path.glob("*/eval"):
+        shutil.rmtree(d)
+    fig6 = _analyse(tmp_path).claims[0]
+    (c,) = fig6.comparisons
+    assert "training reward" in c.metric and fig6.verdict == stats.SUPPORTED
+
+
+def test_collapse_rule_unit():
+    steps = np.arange(0, 100, 10)
+    rise = [0.1, 0.3, 0.5, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6]
+    assert stats.detect_collapse(steps, rise, 0.1, 1.0) is None
+    dip = [0.1, 0.3, 0.6, 0.6, 0.2, 0.2, 0.6, 0.6, 0.6, 0.6]  # recovers
+    assert stats.detect_collapse(steps, dip, 0.1, 1.0) is None
+    last_only = [0.1, 0.3, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.2]  # one bad final point
+    assert stats.detect_collapse(steps, last_only, 0.1, 1.0) is None
+    fall = [0.1, 0.3, 0.6, 0.6, 0.2, 0.6, 0.3, 0.2, 0.2, 0.1]
+    c = stats.detect_collapse(steps, fall, 0.1, 1.0)
+    assert c is not None and c.peak_step == 20 and c.collapse_step == 60
+    assert c.drop == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        stats.detect_collapse(steps, fall, 0.0, 1.0)
+
+
+def test_step_aware_ema():
+    assert np.allclose(stats.ema([0, 1, 1], 1.0), [0, 1, 1])
+    assert np.allclose(stats.ema([0.0, 1.0], 0.5), [0.0, 0.5])
+    # a point 2 steps later weighs 1 - 0.5**2
+    assert np.allclose(stats.ema([0.0, 1.0], 0.5, [0, 2]), [0.0, 0.75])
+    assert np.allclose(stats.ema([0.0, np.nan, 1.0], 0.5, [0, 1, 2]), [0.0, 0.0, 0.75])
+    with pytest.raises(ValueError):
+        stats.ema([1.0], 0.0)
+
+
+def test_collapse_found_in_report_and_clean_runs_pass(messy):
+    _, res = messy
+    rows = res.analysis.collapses
+    assert rows, "the collapsing frozen_sub-s1 run must be detected"
+    assert {r.run_id for r in rows} == {"frozen_sub-s1"}
+    reward = [r for r in rows if r.series == "training reward (planner)"]
+    assert reward and 25 <= reward[0].collapse_step <= 45
+    assert reward[0].drop > 0.1
+    assert "frozen_sub-s1" in res.markdown.read_text().split("## Collapse detection")[1]
+
+
+def test_crashed_short_missing_and_truncated_runs_are_shown(messy):
+    exp, res = messy
+    ds = res.dataset
+    failed = ds.run("mgrpo-s2")
+    assert failed.state == "failed" and failed.short and failed.last_step["planner"] == 40
+    assert any("CUDA out of memory" in n for n in failed.notes)
+    assert (ds.steps["run_id"] == "mgrpo-s2").sum() == 80  # its curves are kept (2 roles x 40)
+    assert "single_agent-s2" not in {r.run_id for r in ds.runs}
+    trunc = ds.run("frozen_sub-s0")
+    assert any("incomplete last line skipped" in n for n in trunc.notes)
+    assert trunc.last_step["planner"] == 60  # the torn copy of line 60 was skipped
+    md = res.markdown.read_text()
+    prov = md.split("## Runs and provenance")[1]
+    assert re.search(r"\| mgrpo-s2 \| mgrpo \| 2 \| failed \|", prov)
+    assert "incomplete last line skipped" in prov
+    page = res.html.read_text()
+    assert 'class="s-failed">failed</td>' in page
+    assert len(re.findall(r"<details><summary>provenance of ", page)) == len(ds.runs)
+
+
+def test_sub_calls_hist_and_quantile_match_records(messy):
+    exp, res = messy
+    hists = {h.arm: h for h in res.analysis.sub_calls}
+    assert set(hists) == {"frozen_sub", "mgrpo"}  # single_agent never delegates
+    counts = np.zeros(13)
+    for s in exp.specs:
+        if s.label != "mgrpo":
+            continue
+        for line in (exp.root / s.run_id / "planner" / "metrics.jsonl").read_text().splitlines():
+            counts += np.asarray(json.loads(line)["sub_calls_hist"])
+    assert np.array_equal(hists["mgrpo"].counts, counts)
+    cdf = np.cumsum(counts) / counts.sum()
+    assert hists["mgrpo"].q99 == int(np.argmax(cdf >= 0.99))
+    assert hists["mgrpo"].source == "training step records"
+
+
+def test_figures_have_axis_labels_units_legends(messy):
+    _, res = messy
+    figs = {f.name: f for f in res.figures}
+    assert set(figs) == {"accuracy_curves", "reward_curves", "sample_efficiency", "diagnostics",
+                         "sub_calls_hist"}
+    for f in figs.values():
+        assert f.png.startswith(b"\x89PNG") and f.panels
+        assert f.legend, f"{f.name} has no legend"
+        for p in f.panels:
+            assert p.title and p.xlabel and p.ylabel, (f.name, p)
+            assert re.search(r"\(.+\)", p.xlabel) and re.search(r"\(.+\)", p.ylabel), (f.name, p)
+            assert p.has_data, (f.name, p.title)
+    acc = figs["accuracy_curves"]
+    assert [p.title for p in acc.panels] == list(BENCHES)  # a panel per benchmark
+    assert all(p.ylabel == "accuracy (fraction correct)" for p in acc.panels)
+    for arm in ("single_agent", "frozen_sub", "mgrpo"):
+        assert any(lab.startswith(arm + " (n=") for lab in acc.legend)
+    assert any("EMA" in lab for lab in acc.legend) and any("raw" in lab for lab in acc.legend)
+    assert [p.title for p in figs["reward_curves"].panels] == ["planner training reward",
+                                                               "sub training reward"]
+    assert {p.xlabel for p in figs["sample_efficiency"].panels} == {
+        "planner trajectories seen (count)", "model tokens seen (count, all roles)"}
+    hist = figs["sub_calls_hist"]
+    assert any("q99 = " in lab for lab in hist.legend)
+    for f in res.figure_paths:
+        assert f.read_bytes().startswith(b"\x89PNG")
+
+
+def test_outputs_are_self_contained_and_consistent(messy):
+    _, res = messy
+    page = res.html.read_text()
+    imgs = re.findall(r'<img [^>]*src="([^"]+)"', page)
+    assert len(imgs) == len(res.figures)
+    assert all(src.startswith("data:image/png;base64,") for src in imgs)
+    assert not re.search(r'(src|href)="(https?:|//|file:)', page)
+    assert "<script" not in page
+    md = res.markdown.read_text()
+    for f in res.figures:
+        assert f"](figures/{f.filename})" in md
+    js = json.loads(res.json.read_text())
+    assert [c["verdict"] for c in js["claims"]] == [c.verdict for c in res.analysis.claims]
+    assert {r["run_id"] for r in js["runs"]} == {r.run_id for r in res.dataset.runs}
+
+
+def test_mixed_schema_versions_are_migrated(tmp_path: Path):
+    make_experiment(tmp_path, trainers=("mgrpo",), seeds=(0,), steps=10, eval_every=5,
+                    benchmarks=("b",), n_tasks=4)
+    metrics = tmp_path / "mgrpo-s0" / "planner" / "metrics.jsonl"
+    lines = [json.loads(x) for x in metrics.read_text().splitlines()]
+    for d in lines[:5]:  # the first half written by an older harness
+        d.pop("schema")
+        d["reward"] = d.pop("reward_mean")
+    metrics.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    ds = dataset.load(tmp_path)
+    run = ds.run("mgrpo-s0")
+    assert run.schemas == {0, 1} and run.migrated == 5
+    assert any("migrated from schema [0]" in n for n in run.notes)
+    planner = ds.steps[(ds.steps["role"] == "planner")]
+    assert planner["reward_mean"].notna().all() and len(planner) == 10
+
+
+def _run_main(args: list[str], capsys) -> tuple[int, str]:
+    code = main(args)
+    cap = capsys.readouterr()
+    return code, cap.out + cap.err
+
+
+def test_newer_schema_refused_with_message(tmp_path: Path, capsys):
+    make_experiment(tmp_path / "runs", trainers=("mgrpo",), seeds=(0,), steps=4, eval_every=2,
+                    benchmarks=("b",), n_tasks=3)
+    f = tmp_path / "runs" / "mgrpo-s0" / "eval" / "2" / "b.jsonl"
+    lines = f.read_text().splitlines()
+    d = json.loads(lines[1])
+    d["schema"] = 7
+    lines[1] = json.dumps(d)
+    f.write_text("\n".join(lines) + "\n")
+    code, out = _run_main(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "o")], capsys)
+    assert code == 1
+    assert f"{f}:2: task record has schema version 7, newer than this harness" in out
+    assert not (tmp_path / "o" / "report.md").exists()
+
+
+def test_broken_line_stops_with_file_and_line(tmp_path: Path, capsys):
+    make_experiment(tmp_path / "runs", trainers=("mgrpo",), seeds=(0,), steps=4, eval_every=2,
+                    benchmarks=("b",), n_tasks=3)
+    f = tmp_path / "runs" / "mgrpo-s0" / "sub" / "metrics.jsonl"
+    lines = f.read_text().splitlines()
+    lines[1] = lines[1][:20]
+    f.write_text("\n".join(lines) + "\n")
+    code, out = _run_main(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "o")], capsys)
+    assert code == 1 and f"{f}:2: broken JSONL line" in out
+
+
+@pytest.mark.parametrize("setup,expect", [
+    ("missing", "does not exist"), ("empty", "no runs found"), ("junk", "no runs found")])
+def test_missing_or_empty_runs_folder(tmp_path: Path, capsys, setup, expect):
+    runs = tmp_path / "runs"
+    if setup != "missing":
+        runs.mkdir()
+    if setup == "junk":
+        (runs / "notes").mkdir()
+        (runs / "notes" / "readme.txt").write_text("x")
+    code, out = _run_main(["--runs", str(runs), "--out", str(tmp_path / "o")], capsys)
+    assert code == 1 and expect in out and str(runs) in out
+
+
+def test_bad_options_exit_2(tmp_path: Path, capsys):
+    for args in (["--smooth", "0"], ["--smooth", "1.5"], ["--collapse-margin", "-1"],
+                 ["--bootstrap", "5"]):
+        with pytest.raises(SystemExit) as ei:
+            main(["--runs", str(tmp_path), *args])
+        assert ei.value.code == 2
+    err = capsys.readouterr().err
+    assert "--smooth must be in (0, 1], got 0.0" in err and "--bootstrap must be >= 100" in err
+
+
+def test_cli_entry_points_default_paths_and_no_torch(tmp_path: Path, capsys):
+    make_experiment(tmp_path / "runs", trainers=("frozen_sub", "mgrpo"), seeds=(0, 1), steps=6,
+                    eval_every=3, benchmarks=("b",), n_tasks=5)
+    # `python -m harness.report` with no arguments, from the folder that holds runs/: the module
+    # runs as __main__ (runpy, as -m does) and must not import torch.
+    code = ("import runpy, sys\n"
+            "sys.argv = ['python -m harness.report']\n"
+            "try:\n    runpy.run_module('harness.report', run_name='__main__')\n"
+            "except SystemExit as e:\n    rc = e.code\n"
+            "assert 'torch' not in sys.modules, 'the report imported torch'\n"
+            "sys.exit(rc)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path, env=env, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Fig. 6" in out.stdout
+    for name in ("report.md", "report.html", "report.json", "figures/accuracy_curves.png"):
+        assert (tmp_path / "reports" / "latest" / name).is_file()
+    # `python -m harness report ...` dispatches to the same main
+    from harness.__main__ import main as harness_main
+
+    rc = harness_main(["report", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "r2"),
+                       "--smooth", "0.3"])
+    assert rc == 0, capsys.readouterr().err
+    assert (tmp_path / "r2" / "report.html").is_file()
+    assert "EMA α = 0.3" in (tmp_path / "r2" / "report.md").read_text()
+
+
+def test_run_without_provenance_or_status_is_kept(tmp_path: Path):
+    make_experiment(tmp_path, trainers=("mgrpo",), seeds=(0, 1), steps=6, eval_every=3,
+                    benchmarks=("b",), n_tasks=4,
+                    overrides={("mgrpo", 1): {"provenance": False, "state": None}})
+    ds = dataset.load(tmp_path)
+    r = ds.run("mgrpo-s1")
+    assert r.state == "unknown" and r.provenance is None
+    assert r.trainer == "mgrpo" and r.seed == 1
+    assert any("no provenance.json" in n for n in r.notes)
