@@ -78,7 +78,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 # Bump when the tiny tokenizer/template/model construction changes, so stale caches are not reused.
-_TINY_FORMAT_VERSION = 1
+_TINY_FORMAT_VERSION = 2
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -99,8 +99,9 @@ PRETOKENIZE_PATTERN = r"[\p{L}\p{M}]+|\p{N}|\s|[^\p{L}\p{M}\p{N}\s]"
 
 #: Qwen-style chat template, written without Jinja whitespace control: every character of the
 #: output is spelled out below (transformers renders with ``trim_blocks``, so a newline right
-#: after a block tag is written as ``{{ '\\n' }}``) (system prompt with the tool schemas, ``tool`` messages rendered as a
-#: user turn of ``<tool_response>`` blocks, ``add_generation_prompt`` opens an assistant turn).
+#: after a block tag is written as ``{{ '\\n' }}``) (system prompt with the tools listed compactly as
+#: ``- name(arg, ...): description`` lines -- a tiny model pays for every prompt token, and a JSON schema
+#: per tool tripled the prompt length --, ``tool`` messages rendered as a user turn of ``<tool_response>`` blocks, ``add_generation_prompt`` opens an assistant turn).
 #: Assistant ``content`` is rendered verbatim (rollouts keep the raw generated text, which already
 #: holds the ``<tool_call>``); OpenAI-style ``tool_calls`` are rendered in the protocol's format.
 TINY_CHAT_TEMPLATE = (
@@ -111,10 +112,12 @@ TINY_CHAT_TEMPLATE = (
     "<|im_start|>system\n{{ system_message }}"
     "{% if tools %}"
     "{% if system_message %}{{ '\\n\\n' }}{% endif %}"
-    "# Tools\nYou may call one of these functions:\n<tools>\n"
-    "{% for tool in tools %}{{ (tool['function'] if tool['function'] is defined else tool) | tojson }}\n{% endfor %}"
-    "</tools>\nCall one with <tool_call>{\"name\": <function-name>, \"arguments\": <args-json-object>}</tool_call>"
-    " or give the final answer as <answer>...</answer>."
+    "# Tools\n"
+    "{% for tool in tools %}{% set fn = tool['function'] if tool['function'] is defined else tool %}"
+    "- {{ fn['name'] }}({{ fn['parameters']['properties'] | list | join(', ') }}): {{ fn['description'] }}\n"
+    "{% endfor %}"
+    "Call one as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>"
+    " or answer as <answer>...</answer>."
     "{% endif %}"
     "<|im_end|>\n"
     "{% endif %}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -104,8 +103,9 @@ def test_chat_template_renders_tools_calls_and_responses(tokenizer):
     ]
     text = tokenizer.apply_chat_template(messages, tools=list(SUB_AGENT_TOOLS), tokenize=False)
     assert text.startswith("<|im_start|>system\nSYS\n\n# Tools\n")
-    for tool in SUB_AGENT_TOOLS:
-        assert json.dumps(tool["function"], ensure_ascii=False) in text
+    for tool in SUB_AGENT_TOOLS:  # compact listing: name(arguments): description
+        fn = tool["function"]
+        assert f"- {fn['name']}({', '.join(fn['parameters']['properties'])}): {fn['description']}\n" in text
     assert f"<|im_start|>assistant\n{call}<|im_end|>\n" in text
     assert "<|im_start|>user\n<tool_response>\n[1] Ardent Labs\n</tool_response><|im_end|>\n" in text
     assert format_tool_call("visit", {"url": "http://x/a"}) + "<|im_end|>" in text

@@ -48,7 +48,7 @@ def test_render_lists_each_agents_tools(tokenizer):
     for role, prompt in AGENT_PROMPTS.items():
         text = render_chat(tokenizer, initial_messages(role, "q"), prompt.tools, add_generation_prompt=True)
         for name in ("search", "visit", "delegate"):
-            assert (f'"name": "{name}"' in text) == (name in prompt.allowed_tools), (role, name)
+            assert (f'\n- {name}(' in text) == (name in prompt.allowed_tools), (role, name)
         assert text.endswith("<|im_start|>assistant\n")
 
 
