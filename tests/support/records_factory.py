@@ -24,7 +24,7 @@ import numpy as np
 
 from harness import records as rec
 
-BENCHMARKS = ("local_gaia", "local_webwalkerqa", "local_xbench_deepsearch")
+BENCHMARKS = ("local_gaia", "local_webwalkerqa", "local_xbench")
 TRAINERS = ("single_agent", "frozen_sub", "mgrpo")
 DEFAULT_FINAL = {"single_agent": 0.30, "frozen_sub": 0.45, "mgrpo": 0.60,
                  "mgrpo[alignment=none]": 0.50}

@@ -1,0 +1,531 @@
+"""The evaluation suite's pytest plugin: options, one item per task, records, the accuracy table.
+
+DESIGN §7 ("``benchmarks/`` is both a package and the pytest suite that evaluates a trained
+system") and §8 (task records under ``runs/<run_id>/eval/<step>/<benchmark>.jsonl``)::
+
+    pytest benchmarks/ --trainer=mgrpo|frozen_sub|single_agent|expert [--run DIR]
+           [--bench NAME[,NAME]] [--bench-limit N] [--judge NAME] [--data-dir DIR] [-n 2]
+
+This conftest only loads for paths under ``benchmarks/`` (the repository's ``testpaths`` is
+``tests``), so ``pytest tests`` neither collects the suite nor sees these options.
+
+* **Items**: :func:`pytest_generate_tests` parametrises ``benchmarks/test_eval.py::test_task``
+  with one case per task, id ``<benchmark>::<task_id>``, so ``-k``, ``--lf``, ``-x``, ``-n``
+  (xdist) and ``--junitxml`` work per task. A benchmark whose data is missing
+  (:class:`~benchmarks.base.BenchmarkDataMissing`) or that the runner cannot answer (the expert and
+  the real benchmarks) gets one item ``<benchmark>::NOT_RUN`` that skips with the reason.
+* **Verdicts**: a wrong answer is a recorded result and the item **passes**. A runner crash or a
+  timeout (``--task-timeout``) is recorded with ``correct=false`` and ``error`` set, and the item
+  is reported **xfail** with the error as its reason: visible in the summary (``-ra``), not a
+  failure of the suite, never dropped from the table (it stays in the denominator, §7).
+  An unscorable prediction (none, empty, too long) is an ordinary incorrect verdict (passes).
+* **Records**: one :class:`harness.records.TaskRecord` per item, appended atomically
+  (:func:`harness.records.append_task`: one ``os.write`` under ``flock``, safe with ``-n``) to
+  ``<run>/eval/<step>/<benchmark>.jsonl``; prediction and gold come from the benchmark's
+  ``record_fields`` (``sha256:`` hashes for XBench). Extra keys: ``eval_session`` (one id per
+  pytest run, shared with xdist workers), ``runner``, ``split``, ``world_seed``, ``world_size``,
+  ``visit_backend`` and the task's cell (``level``, ``type``, ``difficulty_level``, ``template``).
+  Records are append-only: a rerun adds lines, and readers keep the last record per task
+  (``harness.report`` does).
+* **Timing**: pytest-benchmark's ``benchmark`` fixture times each task (``pedantic``, 1 round,
+  group = benchmark name); with ``--benchmark-disable``, under xdist or with ``-p no:benchmark``
+  the task still runs once and ``latency_s`` is recorded either way.
+* **Table**: :func:`pytest_terminal_summary` prints accuracy ± binomial standard error per
+  benchmark, computed from the records of *this* session (``eval_session``) read back from disk,
+  so it is right under xdist; an item that ran but left no record (a worker killed mid-task)
+  counts as incorrect. A benchmark none of whose items ran says ``not run`` with the reason,
+  never 0% or 100%.
+* **Run**: ``--trainer=expert`` writes to ``runs/expert-<world_seed>/`` (or ``--run DIR``), step 0,
+  creating ``provenance.json`` if absent. A model trainer evaluates the latest run of that
+  trainer under ``--runs-dir`` (default ``<rootdir>/runs``) or ``--run DIR``, at the step of its
+  latest planner checkpoint (``--eval-step`` to choose); when there is none, one line names the
+  command that makes one and every item skips with that reason (exit status 0, table "not run").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+DEFAULT_BENCHES = ("local_gaia", "local_xbench", "local_webwalkerqa")
+SESSION_KEY = "mgrpo_eval_session"
+NOT_RUN = "NOT_RUN"
+CELL_KEYS = ("level", "type", "difficulty_level", "template")
+_ITEM_ID = re.compile(r"\[([A-Za-z0-9_]+)::(.*)\]$")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("mgrpo-eval", "M-GRPO evaluation suite (benchmarks/, DESIGN §7)")
+    g.addoption("--trainer", default="expert",
+                help="what to evaluate: mgrpo, frozen_sub, single_agent (the latest run of that trainer) "
+                     "or expert (the world's scripted expert; default)")
+    g.addoption("--run", default=None, metavar="DIR", help="evaluate this run folder (and write its records there)")
+    g.addoption("--runs-dir", default=None, metavar="DIR",
+                help="where runs are looked up / the expert's run is created (default: <rootdir>/runs)")
+    g.addoption("--bench", action="append", default=None, metavar="NAME[,NAME]",
+                help=f"benchmarks to run (repeatable or comma-separated; default {','.join(DEFAULT_BENCHES)})")
+    g.addoption("--bench-limit", type=int, default=None, metavar="N", help="first N tasks of each benchmark")
+    g.addoption("--split", default="test", choices=("test", "train"), help="split of the local_* benchmarks")
+    g.addoption("--judge", default="exact", metavar="NAME", help="judge for non-exact answers (exact, llm, replay)")
+    g.addoption("--judge-option", action="append", default=[], metavar="KEY=VALUE",
+                help="option of the judge (repeatable), e.g. records=runs/x/eval/0/local_gaia.jsonl for replay, "
+                     "base_url=... / model=... for llm")
+    g.addoption("--data-dir", default=None, metavar="DIR", help="data folder of the real benchmarks")
+    g.addoption("--world-seed", type=int, default=None, metavar="N",
+                help="world of the local_* benchmarks (default: the run's world seed, else 0)")
+    g.addoption("--world-size", default="default", metavar="SIZE", help="world size preset (tiny|small|default)")
+    g.addoption("--world-tasks", default=None, metavar="DIR",
+                help="read local_* tasks written by `python -m harness world tasks --out DIR` instead of generating")
+    g.addoption("--visit-backend", default="direct", choices=("direct", "playwright"),
+                help="visit tool backend for the agent (default direct)")
+    g.addoption("--expert-noise", type=float, default=0.0, metavar="P", help="error rate of the scripted expert")
+    g.addoption("--task-timeout", type=float, default=300.0, metavar="S",
+                help="seconds one task may take; longer is recorded as an error (incorrect)")
+    g.addoption("--eval-step", type=int, default=None, metavar="N", help="checkpoint step to evaluate (default latest)")
+
+
+# ------------------------------------------------------------------------------ state
+@dataclass(frozen=True)
+class EvalCase:
+    """One test item: a task of a benchmark, or a NOT_RUN placeholder with the reason."""
+
+    bench: str
+    task: Any = None
+    skip: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.bench}::{self.task.task_id if self.task is not None else NOT_RUN}"
+
+
+@dataclass
+class Outcome:
+    record: Any
+    path: Path
+    crashed: bool
+
+
+@dataclass
+class EvalState:
+    """Everything the plugin resolved from the options (one per process)."""
+
+    trainer: str
+    bench_names: list[str]
+    limit: int | None
+    split: str
+    judge: str
+    judge_options: dict[str, Any]
+    data_dir: str | None
+    world_seed: int
+    world_size: str
+    world_tasks: str | None
+    visit_backend: str
+    expert_noise: float
+    task_timeout: float
+    session_id: str
+    is_worker: bool
+    target: Any = None
+    no_run: str | None = None
+    _benches: dict[str, Any] = field(default_factory=dict)
+    # controller bookkeeping (per item): "ran" ids and skip reasons per benchmark
+    ran: dict[str, set[str]] = field(default_factory=dict)
+    skipped: dict[str, list[str]] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+
+    def bench(self, name: str) -> Any:
+        """The benchmark object built from the options (once per process)."""
+        if name not in self._benches:
+            from benchmarks.local import LocalBenchmark
+            from benchmarks.registry import benchmark_class
+
+            cls = benchmark_class(name)
+            opts: dict[str, Any] = {"judge": self.judge, "judge_options": self.judge_options}
+            if issubclass(cls, LocalBenchmark):
+                opts.update(world_seed=self.world_seed, world_size=self.world_size, tasks_dir=self.world_tasks)
+            elif self.data_dir is not None:
+                opts["data_dir"] = self.data_dir
+            self._benches[name] = cls(**opts)
+        return self._benches[name]
+
+    def cases(self) -> list[EvalCase]:
+        from benchmarks.base import BenchmarkDataMissing
+        from benchmarks.local import LocalBenchmark
+        from benchmarks.runners import unsupported
+
+        out: list[EvalCase] = []
+        for name in self.bench_names:
+            bench = self.bench(name)
+            reason = unsupported(self.trainer, bench, self.world_seed, self.world_size)
+            if reason is not None:
+                out.append(EvalCase(name, skip=reason))
+                continue
+            try:
+                split = self.split if isinstance(bench, LocalBenchmark) else None
+                tasks = bench.load(split=split, limit=self.limit)
+            except BenchmarkDataMissing as exc:
+                out.append(EvalCase(name, skip=f"data missing: {exc.reason}"))
+                continue
+            if not tasks:
+                out.append(EvalCase(name, skip="the benchmark has no tasks in this split"))
+                continue
+            out.extend(EvalCase(name, task, self.no_run) for task in tasks)
+        return out
+
+
+_STATE = pytest.StashKey[EvalState]()
+
+
+def _state(config: pytest.Config) -> EvalState | None:
+    return config.stash.get(_STATE, None)
+
+
+def _bench_names(raw: list[str] | None) -> list[str]:
+    names: list[str] = []
+    for chunk in raw or [",".join(DEFAULT_BENCHES)]:
+        for name in chunk.split(","):
+            name = name.strip()
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+def _judge_options(raw: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in raw:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise pytest.UsageError(f"--judge-option expects KEY=VALUE, got {item!r}")
+        try:  # numbers, booleans, null as JSON; anything else stays a string
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value
+    return out
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from benchmarks.base import BenchmarkError
+    from benchmarks.judges import get_judge, list_judges
+    from benchmarks.registry import list_benchmarks
+    from benchmarks.runners import NoRunFound, RunnerError, resolve_target, runner_names
+    from harness.world.generator import SIZES
+
+    opt = config.option
+    if opt.trainer not in runner_names():
+        raise pytest.UsageError(f"--trainer: unknown trainer {opt.trainer!r}; use one of {', '.join(runner_names())}")
+    names = _bench_names(opt.bench)
+    unknown = [n for n in names if n not in list_benchmarks()]
+    if unknown:
+        raise pytest.UsageError(f"--bench: unknown benchmark(s) {', '.join(map(repr, unknown))}; "
+                                f"registered: {', '.join(list_benchmarks())}")
+    if opt.judge not in list_judges():
+        raise pytest.UsageError(f"--judge: unknown judge {opt.judge!r}; use one of {', '.join(list_judges())}")
+    judge_options = _judge_options(opt.judge_option)
+    try:  # a judge that is not configured (e.g. llm without an endpoint) fails here, not per task
+        get_judge(opt.judge, **judge_options)
+    except (BenchmarkError, TypeError) as exc:
+        raise pytest.UsageError(f"--judge {opt.judge}: {exc}") from None
+    if opt.bench_limit is not None and opt.bench_limit < 0:
+        raise pytest.UsageError(f"--bench-limit must be >= 0, got {opt.bench_limit}")
+    if not opt.task_timeout > 0:
+        raise pytest.UsageError(f"--task-timeout must be positive, got {opt.task_timeout}")
+    if not 0.0 <= opt.expert_noise <= 1.0:
+        raise pytest.UsageError(f"--expert-noise must be in [0, 1], got {opt.expert_noise}")
+    if opt.world_size not in SIZES:
+        raise pytest.UsageError(f"--world-size must be one of {'|'.join(SIZES)}, got {opt.world_size!r}")
+    if opt.world_seed is not None and opt.world_seed < 0:
+        raise pytest.UsageError(f"--world-seed must be >= 0, got {opt.world_seed}")
+
+    workerinput = getattr(config, "workerinput", None)
+    is_worker = workerinput is not None
+    session_id = (workerinput or {}).get(SESSION_KEY) or uuid.uuid4().hex
+    runs_dir = Path(opt.runs_dir) if opt.runs_dir else config.rootpath / "runs"
+    target, no_run = None, None
+    try:
+        target = resolve_target(opt.trainer, run=Path(opt.run) if opt.run else None, runs_dir=runs_dir,
+                                world_seed=opt.world_seed, expert_noise=opt.expert_noise, step=opt.eval_step)
+    except NoRunFound as exc:
+        no_run = str(exc)
+    except RunnerError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    world_seed = target.world_seed if target is not None else (opt.world_seed or 0)
+    state = EvalState(trainer=opt.trainer, bench_names=names, limit=opt.bench_limit, split=opt.split,
+                      judge=opt.judge, judge_options=judge_options, data_dir=opt.data_dir, world_seed=world_seed,
+                      world_size=opt.world_size, world_tasks=opt.world_tasks, visit_backend=opt.visit_backend,
+                      expert_noise=opt.expert_noise, task_timeout=opt.task_timeout, session_id=session_id,
+                      is_worker=is_worker, target=target, no_run=no_run)
+    config.stash[_STATE] = state
+    if not is_worker:
+        config.pluginmanager.register(_Bookkeeper(state), "mgrpo-eval-bookkeeper")
+        if config.pluginmanager.has_plugin("xdist"):
+            config.pluginmanager.register(_XdistSession(session_id), "mgrpo-eval-xdist")
+
+
+class _XdistSession:
+    """Hands the controller's session id to every xdist worker (registered only with xdist)."""
+
+    def __init__(self, session_id: str):
+        self.session_id = session_id
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[SESSION_KEY] = self.session_id
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    state = _state(session.config)
+    if state is None or state.is_worker or state.target is None or state.trainer != "expert":
+        return
+    if state.target.provenance is None and not session.config.option.collectonly:
+        from harness.records import write_provenance
+
+        write_provenance(state.target.run_dir, {
+            "trainer": "expert", "world": {"seed": state.world_seed, "size": state.world_size},
+            "expert_noise": state.expert_noise, "visit_backend": state.visit_backend,
+        }, [state.world_seed], trainer="expert", arm="expert", mark_running=False)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "eval_case" not in metafunc.fixturenames:
+        return
+    state = _state(metafunc.config)
+    assert state is not None, "the evaluation plugin did not configure (run pytest on benchmarks/)"
+    cases = state.cases()
+    metafunc.parametrize("eval_case", cases, ids=[c.id for c in cases])
+
+
+# ------------------------------------------------------------------------------ fixtures
+class EvalSuite:
+    """Runs one case: the runner answers, the benchmark scores, the record is appended."""
+
+    def __init__(self, state: EvalState, world: Any):
+        self.state = state
+        self.world = world
+        self._runner: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def runner(self) -> Any:
+        with self._lock:
+            if self._runner is None:
+                from benchmarks.runners import RunnerContext, build_runner
+
+                ctx = RunnerContext(self.state.target, self.world, self.state.expert_noise)
+                self._runner = build_runner(self.state.trainer, ctx)
+            return self._runner
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+
+    def _answer(self, bench: Any, task: Any) -> tuple[Any, str | None, str | None]:
+        """(Answer or None, error, traceback) within the task timeout; never raises."""
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["answer"] = self.runner.answer(bench, task)
+            except BaseException as exc:  # noqa: BLE001 - a crash is a recorded verdict (§7)
+                message = "(message withheld: sensitive benchmark)" if bench.sensitive else str(exc)[:500]
+                box["error"] = f"{type(exc).__name__}: {message}"
+                if not bench.sensitive:
+                    box["trace"] = traceback.format_exc(limit=8)[-2000:]
+
+        # A daemon thread, so a hung agent cannot keep the worker alive; it is abandoned on timeout.
+        thread = threading.Thread(target=work, name=f"eval-{task.task_id}", daemon=True)
+        thread.start()
+        thread.join(self.state.task_timeout)
+        if thread.is_alive():
+            return None, f"timeout: no answer after {self.state.task_timeout:g} s", None
+        return box.get("answer"), box.get("error"), box.get("trace")
+
+    def evaluate(self, case: EvalCase, timed: Callable[[Callable[[], Any]], Any]) -> Outcome:
+        from harness.records import TaskRecord, append_task
+
+        state, target = self.state, self.state.target
+        bench, task = state.bench(case.bench), case.task
+        t0 = time.perf_counter()
+        answer, error, trace = timed(lambda: self._answer(bench, task))
+        latency = time.perf_counter() - t0
+        prediction = answer.prediction if answer is not None else None
+        verdict = bench.score(task, prediction)
+        fields = bench.record_fields(task, prediction)
+        extra: dict[str, Any] = {"eval_session": state.session_id, "runner": state.trainer,
+                                 "world_seed": state.world_seed, "world_size": state.world_size,
+                                 "visit_backend": state.visit_backend,
+                                 "split": task.metadata.get("split", state.split)}
+        extra.update({k: task.metadata[k] for k in CELL_KEYS if task.metadata.get(k) is not None})
+        if answer is not None:
+            extra.update(answer.extra)
+        if trace is not None:  # where the runner crashed (never for a sensitive benchmark)
+            extra["traceback"] = trace
+        record = TaskRecord(
+            run_id=target.run_id, trainer=target.trainer, seed=target.seed, step=target.step,
+            benchmark=bench.name, task_id=task.task_id, correct=bool(verdict.correct and error is None),
+            benchmark_version=bench.version, prediction=fields["prediction"], gold=fields["gold"],
+            judge=verdict.judge if error is None else None,
+            verdict=verdict.verdict if error is None else ("timeout" if error.startswith("timeout") else "crashed"),
+            error=error if error is not None else verdict.error,
+            n_turns=getattr(answer, "n_turns", None), n_sub_calls=getattr(answer, "n_sub_calls", None),
+            n_tokens=getattr(answer, "n_tokens", None), latency_s=round(latency, 6), extra=extra)
+        path = append_task(target.run_dir, record)
+        return Outcome(record, path, crashed=error is not None)
+
+    def timer(self, request: pytest.FixtureRequest, case: EvalCase) -> Callable[[Callable[[], Any]], Any]:
+        """Time with pytest-benchmark's fixture when the plugin is active, else call directly."""
+        if not request.config.pluginmanager.has_plugin("benchmark"):
+            return lambda fn: fn()
+        bm = request.getfixturevalue("benchmark")
+        bm.group = case.bench
+        bm.extra_info["task_id"] = case.task.task_id
+        return lambda fn: bm.pedantic(fn, rounds=1, iterations=1, warmup_rounds=0)
+
+
+@pytest.fixture(scope="session")
+def eval_world(pytestconfig: pytest.Config) -> Any:
+    """The offline world served over HTTP on 127.0.0.1 with its toolbox (one per process)."""
+    from benchmarks.runners import LocalWorld
+
+    state = _state(pytestconfig)
+    assert state is not None
+    world = LocalWorld(state.world_seed, state.world_size, state.visit_backend)
+    world.start()  # here, so the first task's latency does not include starting the world
+    yield world
+    world.close()
+
+
+@pytest.fixture(scope="session")
+def eval_suite(pytestconfig: pytest.Config, eval_world: Any) -> Any:
+    state = _state(pytestconfig)
+    assert state is not None
+    suite = EvalSuite(state, eval_world)
+    suite.runner  # build it now (a model runner loads checkpoints), outside every task's latency
+    yield suite
+    suite.close()
+
+
+# ------------------------------------------------------------------------------ the table
+class _Bookkeeper:
+    """Controller-side record of which items ran or skipped (xdist forwards workers' reports)."""
+
+    def __init__(self, state: EvalState):
+        self.state = state
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        m = _ITEM_ID.search(report.nodeid)
+        if m is None:
+            return
+        bench, task_id = m.group(1), m.group(2)
+        if report.skipped and not hasattr(report, "wasxfail"):
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            self.state.skipped.setdefault(bench, []).append(reason.removeprefix("Skipped: "))
+        elif report.when == "setup" and report.failed:
+            # The evaluation could not start (e.g. the run's checkpoints do not load): not a verdict.
+            self.state.skipped.setdefault(bench, []).append("setup error (see the errors above)")
+        elif report.when not in ("setup", "teardown"):
+            # "call", or xdist's "???" report for an item whose worker died while running it.
+            self.state.ran.setdefault(bench, set()).add(task_id)
+
+
+def _rows(state: EvalState) -> list[dict[str, Any]]:
+    from benchmarks.scoring import accuracy
+    from harness.records import RunPaths, read_tasks
+
+    rows = []
+    for name in state.bench_names:
+        recs: dict[str, Any] = {}
+        if state.target is not None:
+            path = RunPaths(state.target.run_dir).eval_file(state.target.step, name)
+            if path.is_file():
+                for r in read_tasks(path, tolerate_truncated_tail=True).records:
+                    if r.extra.get("eval_session") == state.session_id:
+                        recs[r.task_id] = r
+        ran = state.ran.get(name, set())
+        missing = sorted(ran - set(recs))
+        outcomes = [r.correct for r in recs.values()] + [False] * len(missing)
+        row: dict[str, Any] = {"bench": name, "n": len(outcomes)}
+        if not outcomes:
+            reasons = state.skipped.get(name) or ["no item of it ran (deselected, or a collection error)"]
+            row["not_run"] = reasons[0]
+        else:
+            acc = accuracy(outcomes)
+            lat = [r.latency_s for r in recs.values() if r.latency_s is not None]
+            row.update(acc=acc, errors=sum(r.error is not None and r.verdict in ("crashed", "timeout")
+                                           for r in recs.values()) + len(missing),
+                       missing=len(missing), latency=sum(lat) / len(lat) if lat else math.nan,
+                       version=next(iter(recs.values())).benchmark_version if recs else "?",
+                       cells=_cells(list(recs.values())))
+        rows.append(row)
+    return rows
+
+
+def _cells(recs: list[Any]) -> str:
+    """Per-cell accuracy of records: GAIA levels, WebWalkerQA type x difficulty ('' if none)."""
+    from benchmarks.scoring import accuracy
+
+    def key(r: Any) -> str | None:
+        if "type" in r.extra and "difficulty_level" in r.extra:
+            return f"{r.extra['type']}/{r.extra['difficulty_level']}"
+        if "level" in r.extra:
+            return f"level {r.extra['level']}"
+        return None
+
+    groups: dict[str, list[Any]] = {}
+    for r in recs:
+        k = key(r)
+        if k is not None:
+            groups.setdefault(k, []).append(r)
+    return ", ".join(f"{k} {100 * a.mean:.0f}% (n={a.n})"
+                     for k, a in ((k, accuracy(groups[k])) for k in sorted(groups)))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = _state(config)
+    if state is None or state.is_worker or config.option.collectonly:
+        return
+    tr = terminalreporter
+    target = state.target
+    where = f"run={target.run_dir} step={target.step}" if target is not None else "no run"
+    tr.write_sep("=", f"mgrpo evaluation: trainer={state.trainer} {where} split={state.split}")
+    if state.no_run is not None:
+        tr.write_line(state.no_run)
+    header = f"{'benchmark':<20} {'version':<22} {'n':>5} {'correct':>7}  {'accuracy ± SE':<16} {'errors':>6} " \
+             f"{'s/task':>7} {'tasks/min':>9}"
+    tr.write_line(header)
+    for row in _rows(state):
+        if "not_run" in row:
+            tr.write_line(f"{row['bench']:<20} {'-':<22} {'-':>5} {'-':>7}  not run: {row['not_run']}")
+            continue
+        acc = row["acc"]
+        lat = row["latency"]
+        per_min = 60.0 / lat if lat and lat > 0 else math.nan
+        tr.write_line(f"{row['bench']:<20} {str(row['version'])[:22]:<22} {acc.n:>5} {acc.n_correct:>7}  "
+                      f"{100 * acc.mean:5.1f}% ± {100 * acc.stderr:4.1f}  {row['errors']:>6} "
+                      f"{lat:7.3f} {per_min:9.1f}")
+        if row["cells"]:
+            tr.write_line(f"  {row['cells']}")
+        if row["missing"]:
+            tr.write_line(f"  {row['missing']} item(s) ran without leaving a record: counted incorrect")
+    if target is not None:
+        tr.write_line(f"records: {target.run_dir}/eval/{target.step}/<benchmark>.jsonl "
+                      f"(eval_session {state.session_id}); wall {time.time() - state.started:.1f} s")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = _state(session.config)
+    if state is None or state.is_worker or state.target is None or state.trainer != "expert":
+        return
+    if session.config.option.collectonly:
+        return
+    from harness.records import write_status
+
+    if state.target.run_dir.is_dir():
+        write_status(state.target.run_dir, "completed", eval_session=state.session_id)

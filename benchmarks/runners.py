@@ -1,0 +1,420 @@
+"""How a "trainer" becomes an agent that answers benchmark tasks (DESIGN §7, §8).
+
+``pytest benchmarks/ --trainer=NAME`` evaluates a *runner*. Runners are registered by name
+(:func:`register_runner`, :func:`build_runner`):
+
+* ``expert``: the scripted expert of the world (:func:`harness.world.expert.run_expert_episode`,
+  planner and sub-agent) acting through a real :class:`harness.tools.toolbox.WebToolbox` that talks
+  HTTP to a :class:`harness.world.server.WorldServer` on 127.0.0.1 (visit backend ``direct`` by
+  default, ``playwright`` on request). It is the upper bound of the offline world and needs no
+  training. It answers only the ``local_*`` benchmarks: the real GAIA / XBench / WebWalkerQA need
+  the real web, which the offline expert cannot browse, so it says so (the plugin reports those
+  benchmarks as "not run" with that reason).
+* ``mgrpo``, ``frozen_sub``, ``single_agent``: a trained run of that trainer, the latest under
+  ``runs/`` (the one whose ``provenance.json`` is newest among those naming the trainer) or the
+  one given with ``--run DIR``. When there is none, :class:`NoRunFound` carries the one-line
+  message naming the command that makes one. :class:`ModelRunner` is the model-based runner: it
+  loads the run's latest checkpoints and answers with :func:`harness.rollout.run_group` (K = 1,
+  greedy), planner + :class:`~harness.rollout.InProcessSubAgent` for ``mgrpo``/``frozen_sub``, the
+  single agent with the toolbox for ``single_agent``.
+
+Run layout this module reads (DESIGN §8; the trainers write it): ``<run>/provenance.json`` with
+``trainer`` at the top level (:func:`harness.records.write_provenance`) or under ``config``;
+checkpoints ``<run>/<role>/checkpoints/checkpoint-<step>/`` (or ``<step>/``), each a
+``save_pretrained`` directory (model + tokenizer) that :func:`harness.models.load_model` opens.
+**Hook**: :func:`load_policy` is the one place that turns a checkpoint into an
+:class:`~harness.rollout.AgentRuntime`; if the trainers settle on another checkpoint format, only
+it changes. Rollout limits come from the run's resolved config (``config["rollout"]``) when present.
+
+Deliberate decisions: the expert's eval run is ``runs/expert-<world_seed>`` (``-noise<p>`` appended
+when ``--expert-noise`` is not 0) at step 0; a runner never raises into pytest for a bad answer:
+:meth:`Runner.answer` exceptions and timeouts are turned into recorded errors by the plugin.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from benchmarks.base import Benchmark, Task
+
+TRAINERS = ("mgrpo", "frozen_sub", "single_agent")
+"""Trainers whose runs the suite evaluates (DESIGN §1)."""
+EXPERT = "expert"
+VISIT_BACKENDS = ("direct", "playwright")
+CONFIG_PRESET = "baselines/configs/tiny/{trainer}.yaml"
+
+
+class RunnerError(Exception):
+    """A runner cannot be built or cannot answer (the message says what to change)."""
+
+
+class NoRunFound(RunnerError):
+    """No run of a trainer exists; ``str()`` is the one line the suite prints."""
+
+    def __init__(self, trainer: str, runs_dir: Path):
+        self.trainer = trainer
+        self.runs_dir = runs_dir
+        super().__init__(
+            f"no {trainer} run under {runs_dir}/ (a run has provenance.json with trainer {trainer!r}); "
+            f"make one with `{train_command(trainer)}`, or pass --run DIR")
+
+
+def train_command(trainer: str) -> str:
+    """The command that makes a run of ``trainer`` with the embedded tiny preset."""
+    return f"python -m harness train --trainer {trainer} --config {CONFIG_PRESET.format(trainer=trainer)}"
+
+
+# ------------------------------------------------------------------------------ run lookup
+def run_provenance(run_dir: Path) -> dict[str, Any] | None:
+    """``provenance.json`` of ``run_dir`` as a dict, None when absent or unreadable."""
+    from harness.records import PROVENANCE_FILE, RecordError, read_json
+
+    path = Path(run_dir) / PROVENANCE_FILE
+    if not path.is_file():
+        return None
+    try:
+        doc = read_json(path)
+    except (RecordError, OSError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def run_trainer(provenance: dict[str, Any] | None) -> str | None:
+    """The trainer a run's provenance names (top level, else ``config.trainer``)."""
+    if not provenance:
+        return None
+    trainer = provenance.get("trainer")
+    if not trainer and isinstance(provenance.get("config"), dict):
+        trainer = provenance["config"].get("trainer")
+    return trainer if isinstance(trainer, str) else None
+
+
+def find_latest_run(runs_dir: Path, trainer: str) -> Path:
+    """The newest run (by provenance.json mtime) under ``runs_dir`` whose trainer is ``trainer``."""
+    runs_dir = Path(runs_dir)
+    found: list[tuple[float, str, Path]] = []
+    if runs_dir.is_dir():
+        for d in runs_dir.iterdir():
+            if d.is_dir() and run_trainer(run_provenance(d)) == trainer:
+                found.append(((d / "provenance.json").stat().st_mtime, d.name, d))
+    if not found:
+        raise NoRunFound(trainer, runs_dir)
+    return max(found)[2]
+
+
+_CKPT = re.compile(r"^(?:checkpoint-)?(\d+)$")
+
+
+def checkpoints(run_dir: Path, role: str) -> list[tuple[int, Path]]:
+    """``(step, dir)`` of ``<run>/<role>/checkpoints/{checkpoint-<step>|<step>}``, by step."""
+    root = Path(run_dir) / role / "checkpoints"
+    out = []
+    if root.is_dir():
+        for d in root.iterdir():
+            m = _CKPT.match(d.name)
+            if m and d.is_dir():
+                out.append((int(m.group(1)), d))
+    return sorted(out)
+
+
+def _int_or(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+@dataclass(frozen=True)
+class EvalTarget:
+    """What is evaluated and where its records go (``<run_dir>/eval/<step>/<benchmark>.jsonl``)."""
+
+    trainer: str
+    run_dir: Path
+    step: int
+    seed: int
+    """The run's seed, written into every task record (the expert: the world seed)."""
+    world_seed: int
+    provenance: dict[str, Any] | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.name
+
+
+def expert_run_id(world_seed: int, noise: float) -> str:
+    return f"expert-{world_seed}" + (f"-noise{noise:g}" if noise else "")
+
+
+def resolve_target(trainer: str, *, run: Path | None, runs_dir: Path, world_seed: int | None,
+                   expert_noise: float = 0.0, step: int | None = None) -> EvalTarget:
+    """The run to evaluate. Raises :class:`NoRunFound` (model trainers) or :class:`RunnerError`."""
+    if trainer == EXPERT:
+        seed = 0 if world_seed is None else world_seed
+        run_dir = Path(run) if run is not None else Path(runs_dir) / expert_run_id(seed, expert_noise)
+        prov = run_provenance(run_dir)
+        other = run_trainer(prov)
+        if prov is not None and other not in (None, EXPERT):
+            raise RunnerError(f"--run {run_dir} is a {other} run; the expert's records belong in their own "
+                              f"run folder (omit --run to use {Path(runs_dir) / expert_run_id(seed, expert_noise)})")
+        return EvalTarget(EXPERT, run_dir, 0 if step is None else step, seed, seed, prov)
+    if trainer not in TRAINERS:
+        raise RunnerError(f"unknown trainer {trainer!r}; use one of {', '.join((*TRAINERS, EXPERT))}")
+    if run is not None:
+        run_dir = Path(run)
+        prov = run_provenance(run_dir)
+        if prov is None:
+            raise RunnerError(f"--run {run_dir}: no readable provenance.json there (is it a run folder?)")
+        if run_trainer(prov) not in (None, trainer):
+            raise RunnerError(f"--run {run_dir} is a {run_trainer(prov)} run, not {trainer}; "
+                              f"pass --trainer={run_trainer(prov)} or another run")
+    else:
+        run_dir = find_latest_run(Path(runs_dir), trainer)
+        prov = run_provenance(run_dir)
+    assert prov is not None
+    config = prov.get("config") if isinstance(prov.get("config"), dict) else {}
+    world_cfg = config.get("world") if isinstance(config.get("world"), dict) else {}
+    seeds = prov.get("seeds") or [0]
+    if world_seed is None:
+        world_seed = _int_or(world_cfg.get("seed"), 0)
+    if step is None:
+        ckpts = checkpoints(run_dir, "planner")
+        step = ckpts[-1][0] if ckpts else 0
+    return EvalTarget(trainer, run_dir, step, _int_or(seeds[0], 0), world_seed, prov)
+
+
+# ------------------------------------------------------------------------------ the world
+class LocalWorld:
+    """The offline world served on 127.0.0.1 with a toolbox over HTTP; started on first use."""
+
+    def __init__(self, seed: int, size: str, visit_backend: str = "direct", max_chars: int | None = None):
+        if visit_backend not in VISIT_BACKENDS:
+            raise RunnerError(f"unknown visit backend {visit_backend!r}; use one of {', '.join(VISIT_BACKENDS)}")
+        self.seed, self.size, self.visit_backend, self.max_chars = seed, size, visit_backend, max_chars
+        self._lock = threading.Lock()
+        self._server: Any = None
+        self._toolbox: Any = None
+
+    def start(self) -> LocalWorld:
+        with self._lock:
+            if self._server is None:
+                from harness.tools.toolbox import ToolsConfig, build_toolbox
+                from harness.world.generator import WorldConfig, generate_world
+                from harness.world.search import SearchIndex
+                from harness.world.server import WorldServer
+
+                world = generate_world(WorldConfig(seed=self.seed, size=self.size))
+                server = WorldServer(world).start()
+                try:
+                    cfg = ToolsConfig(visit_backend=self.visit_backend)  # type: ignore[arg-type]
+                    if self.max_chars is not None:
+                        cfg.max_chars = self.max_chars
+                    self._toolbox = build_toolbox(cfg, SearchIndex.build(world), server.base_url)
+                    # Launch Chromium now (the pool is lazy), so no task's latency includes it.
+                    start = getattr(self._toolbox.visit.backend, "start", None)
+                    if callable(start):
+                        start()
+                except BaseException:
+                    if self._toolbox is not None:
+                        self._toolbox.close()
+                        self._toolbox = None
+                    server.stop()
+                    raise
+                self._server = server
+        return self
+
+    @property
+    def base_url(self) -> str:
+        return self.start()._server.base_url
+
+    @property
+    def toolbox(self) -> Any:
+        return self.start()._toolbox
+
+    def close(self) -> None:
+        with self._lock:
+            if self._toolbox is not None:
+                self._toolbox.close()
+            if self._server is not None:
+                self._server.stop()
+            self._server = self._toolbox = None
+
+
+# ------------------------------------------------------------------------------ runners
+@dataclass
+class Answer:
+    """What an agent produced for one task (the plugin scores and records it)."""
+
+    prediction: str | None
+    n_turns: int | None = None
+    n_sub_calls: int | None = None
+    n_tokens: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunnerContext:
+    """What a runner may use: the target run, the world (lazy) and the plugin's options."""
+
+    target: EvalTarget
+    world: LocalWorld
+    expert_noise: float = 0.0
+
+
+class Runner:
+    """Turns tasks into answers. Subclasses set ``name`` and implement ``answer``."""
+
+    name = ""
+
+    def __init__(self, ctx: RunnerContext):
+        self.ctx = ctx
+
+    @classmethod
+    def unsupported(cls, bench: Benchmark, world_seed: int, world_size: str) -> str | None:
+        """None when this runner can answer ``bench``'s tasks on that world, else why it cannot.
+
+        A classmethod, so the plugin can ask at collection time without building the runner.
+        """
+        from benchmarks.local import LocalBenchmark
+
+        if isinstance(bench, LocalBenchmark):
+            if bench.world_seed != world_seed or bench.world_size != world_size:
+                return (f"{bench.name} is over world seed {bench.world_seed} ({bench.world_size}) but the "
+                        f"served world is seed {world_seed} ({world_size})")
+            return None
+        return (f"the {cls.name or 'model'} runner answers only the local_* benchmarks of the offline world; "
+                f"{bench.name} needs a web-capable agent (real search and browsing)")
+
+    def answer(self, bench: Benchmark, task: Task) -> Answer:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the runner holds (the world is closed by its owner)."""
+
+
+def _local_row(task: Task, base_url: str) -> dict[str, Any]:
+    from harness.world.tasks import rebase
+
+    row = task.metadata.get("world_task")
+    if not isinstance(row, dict):
+        raise RunnerError(f"task {task.task_id} has no world_task metadata (not a local_* task)")
+    return rebase(row, base_url)
+
+
+class ExpertRunner(Runner):
+    """The scripted expert (planner + sub-agent) through the HTTP toolbox."""
+
+    name = EXPERT
+
+    def answer(self, bench: Benchmark, task: Task) -> Answer:
+        from harness.world.expert import ExpertConfig, run_expert_episode
+
+        world = self.ctx.world
+        row = _local_row(task, world.base_url)
+        transcript = run_expert_episode(row, world.toolbox, config=ExpertConfig(noise=self.ctx.expert_noise),
+                                        seed=self.ctx.target.seed)
+        n_turns = sum(1 for m in transcript.planner if m["role"] == "assistant")
+        return Answer(transcript.answer, n_turns=n_turns, n_sub_calls=len(transcript.sub_calls),
+                      extra={"n_sub_turns": sum(1 for s in transcript.sub_calls for m in s
+                                                if m["role"] == "assistant")})
+
+
+def load_policy(run_dir: Path, role: str, step: int | None = None) -> Any:
+    """HOOK: the :class:`~harness.rollout.AgentRuntime` of ``role``'s checkpoint (latest, or ``step``)."""
+    from harness.backends import HFBackend
+    from harness.models import ModelSpec, load_model
+    from harness.rollout import AgentRuntime
+
+    found = checkpoints(run_dir, role)
+    if step is not None:
+        found = [(s, d) for s, d in found if s == step]
+    if not found:
+        want = f"step {step}" if step is not None else "any step"
+        raise RunnerError(f"{run_dir}/{role}/checkpoints/ has no checkpoint for {want} "
+                          f"(expected checkpoint-<step>/ folders written by the trainer)")
+    ckpt_step, path = found[-1]
+    model, tokenizer = load_model(ModelSpec(name=str(path)))
+    return AgentRuntime(HFBackend(model, tokenizer), tokenizer, policy_version=ckpt_step)
+
+
+class ModelRunner(Runner):
+    """A trained run: planner (+ sub-agent) checkpoints answering through ``run_group``."""
+
+    def __init__(self, ctx: RunnerContext):
+        super().__init__(ctx)
+        from harness.config import from_dict
+        from harness.rollout import RolloutConfig
+
+        target = ctx.target
+        self.multi = target.trainer != "single_agent"
+        config = (target.provenance or {}).get("config") or {}
+        rollout = config.get("rollout") if isinstance(config.get("rollout"), dict) else {}
+        self.cfg = from_dict(RolloutConfig, dict(rollout), "provenance config.rollout") if rollout else RolloutConfig()
+        self.cfg.k, self.cfg.temperature = 1, 0.0  # one greedy episode per task
+        self.cfg.validate()
+        self.planner = load_policy(target.run_dir, "planner", target.step)
+        # frozen_sub trains only the planner: its sub-agent is the latest (or only) sub checkpoint.
+        self.sub = load_policy(target.run_dir, "sub", target.step if target.trainer == "mgrpo" else None) \
+            if self.multi else None
+        self._engine: Any = None
+
+    def answer(self, bench: Benchmark, task: Task) -> Answer:
+        from harness.rollout import InProcessSubAgent, Query, SubAgentEngine, run_group
+        from harness.world.tasks import task_prompt
+
+        world = self.ctx.world
+        question = task_prompt(_local_row(task, world.base_url))
+        if self.multi:
+            if self._engine is None:
+                self._engine = SubAgentEngine(self.sub, world.toolbox, self.cfg, seed=self.ctx.target.seed)
+            result = run_group([Query(task.task_id, question)], self.planner, self.cfg,
+                               sub_agent=InProcessSubAgent(self._engine), seed=self.ctx.target.seed)
+        else:
+            result = run_group([Query(task.task_id, question)], self.planner, self.cfg,
+                               toolbox=world.toolbox, seed=self.ctx.target.seed)
+        episode = result.episodes[0]
+        traj = episode.trajectory
+        n_tokens = traj.n_model_tokens + sum(t.n_model_tokens for t in result.sub_trajectories)
+        return Answer(episode.answer, n_turns=traj.n_turns, n_sub_calls=len(episode.sub_results),
+                      n_tokens=n_tokens, extra={"end_reason": traj.end_reason, "format_ok": traj.format_ok})
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+
+
+RunnerFactory = Callable[[RunnerContext], Runner]
+RUNNERS: dict[str, RunnerFactory] = {}
+
+
+def register_runner(name: str) -> Callable[[RunnerFactory], RunnerFactory]:
+    """Register ``factory(ctx) -> Runner`` under ``name`` (a ``--trainer`` value)."""
+    def deco(factory: RunnerFactory) -> RunnerFactory:
+        RUNNERS[name] = factory
+        return factory
+    return deco
+
+
+register_runner(EXPERT)(ExpertRunner)
+for _trainer in TRAINERS:
+    register_runner(_trainer)(ModelRunner)
+
+
+def runner_names() -> list[str]:
+    return sorted(RUNNERS)
+
+
+def unsupported(name: str, bench: Benchmark, world_seed: int, world_size: str) -> str | None:
+    """Why runner ``name`` cannot answer ``bench`` (None if it can), without building it."""
+    factory = RUNNERS[name]
+    check = getattr(factory, "unsupported", None)
+    return check(bench, world_seed, world_size) if check is not None else None
+
+
+def build_runner(name: str, ctx: RunnerContext) -> Runner:
+    """The runner registered as ``name`` built for ``ctx``; :class:`RunnerError` if unknown."""
+    try:
+        factory = RUNNERS[name]
+    except KeyError:
+        raise RunnerError(f"unknown trainer {name!r}; use one of {', '.join(runner_names())}") from None
+    return factory(ctx)
