@@ -142,7 +142,10 @@ def test_expert_runner_refuses_real_benchmarks_and_other_worlds():
 
 # ------------------------------------------------------------------------------ the suite
 def run_suite(*args: str, env_extra: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env_extra or {})}
+    # A clean pytest environment: under `make test -n 2` this process is an xdist worker, and its
+    # PYTEST_*/xdist variables would make the child session behave like one (benchmarks disabled).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "XDIST_"))}
+    env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env_extra or {})})
     cmd = [sys.executable, "-m", "pytest", "benchmarks/", "-p", "no:cacheprovider", *args]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 

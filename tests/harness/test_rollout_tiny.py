@@ -67,20 +67,34 @@ def _sequential(runtime, cfg, query):
 
 @pytest.mark.slow
 def test_cross_episode_batching_speedup(runtime, benchmark):
-    """K=8 batched vs the same 8 episodes one after another (ratio reported in extra_info)."""
+    """K=8 batched vs the same 8 episodes one after another, side by side in one process.
+
+    Both sides are timed here with ``perf_counter`` (alternating, median of rounds) so the ratio
+    is measured even when pytest-benchmark is disabled (under xdist); the batched side is also
+    handed to the ``benchmark`` fixture. The ratio is reported in ``extra_info`` (issue target
+    >= 4x); the assertion is only that batching wins, since these machines are noisy.
+    """
     cfg = RolloutConfig(k=8, planner_turns=3, max_new_tokens=32)
     query = Query("q", "Who founded Ardent Labs?")
-    _sequential(runtime, cfg, query)  # warm-up
-    t0 = time.perf_counter()
-    for _ in range(2):
+
+    def batched():
+        return run_group([query], runtime, cfg, toolbox=EchoToolbox())
+
+    batched()  # warm-up
+    seq_times, batch_times = [], []
+    for _ in range(3):
+        t0 = time.perf_counter()
         _sequential(runtime, cfg, query)
-    sequential_s = (time.perf_counter() - t0) / 2
-    result = benchmark.pedantic(lambda: run_group([query], runtime, cfg, toolbox=EchoToolbox()), rounds=3, iterations=1)
-    batched_s = benchmark.stats.stats.median
-    tokens = result.stats["generated_tokens"]
+        seq_times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        result = batched()
+        batch_times.append(time.perf_counter() - t0)
+    sequential_s, batched_s = sorted(seq_times)[1], sorted(batch_times)[1]
+    benchmark.pedantic(batched, rounds=1, iterations=1)
     benchmark.extra_info.update(
         sequential_s=sequential_s, batched_s=batched_s, speedup=sequential_s / batched_s,
-        generated_tokens_per_group=tokens,
+        generated_tokens_per_group=result.stats["generated_tokens"],
     )
-    # same work, generated together: the batched group is faster than one-by-one
+    print(f"K=8 group: sequential {sequential_s:.2f} s, batched {batched_s:.2f} s, "
+          f"speedup {sequential_s / batched_s:.2f}x")
     assert sequential_s / batched_s > 1.0
