@@ -1,0 +1,117 @@
+"""``python -m harness experiment``: the whole comparison on one machine (DESIGN §10, `make demo`).
+
+    python -m harness experiment --preset tiny --seeds 2 [--quick] [--out DIR] [--report DIR]
+
+1. **Warm start** once (``python -m harness warmstart`` with ``baselines/configs/<preset>/warmstart.yaml``),
+   shared by every trainer and seed, so the trainers start from the same policies; reused when its
+   ``warmstart.json`` already exists.
+2. **Train** every trainer of the preset (``single_agent``, ``frozen_sub``, ``mgrpo`` and the
+   ``alignment: none`` ablation when the preset has one) for every seed, each a
+   ``python -m harness train`` run with its roles as processes and periodic evaluation on the
+   local test tasks (task records), from the warm-started models.
+3. **Report**: ``python -m harness.report`` over the experiment's runs into ``--report``.
+
+``--quick`` is a smoke run (a few steps everywhere) that checks the pipeline and claims no
+learning; its report says so in the run names (``quick``). Every stage prints progress; a
+failed run is kept (shown as failed in the report) and the experiment goes on with the others,
+then exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "baselines" / "configs"
+
+#: (run name, config file) per preset, in the order they run.
+ARMS = ("single_agent", "frozen_sub", "mgrpo", "mgrpo_align_none")
+
+QUICK_WARMSTART = ["max_steps=3", "n_train_tasks=4", "n_test_tasks=2", "eval_tasks=2", "world_size=tiny"]
+QUICK_TRAIN = ["planner.max_steps=2", "eval.every=2", "eval.n_tasks=1", "rollout.k=2",
+               "rollout.max_new_tokens=24", "rollout.planner_turns=2", "rollout.sub_turns=2", "alignment.d=2",
+               "tasks.n_train=4", "tasks.n_test=2", "planner.groups_per_step=2"]
+
+
+def _run(argv: list[str], log: Path) -> int:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as fh:
+        return subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness experiment", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="tiny", help="a folder of baselines/configs/ (tiny, smollm2)")
+    ap.add_argument("--seeds", type=int, default=2, help="seeds per trainer")
+    ap.add_argument("--quick", action="store_true", help="a few steps everywhere: checks the pipeline, claims no learning")
+    ap.add_argument("--out", default=None, help="experiment directory (default runs/experiment-<preset>[-quick])")
+    ap.add_argument("--report", default=None, help="report directory (default reports/<preset>-cpu[-quick])")
+    ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated trainer configs of the preset to run")
+    args = ap.parse_args(argv)
+
+    preset_dir = CONFIGS / args.preset
+    if not preset_dir.is_dir():
+        known = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir())
+        print(f"error: no preset {args.preset!r} in {CONFIGS}; known: {known}", file=sys.stderr)
+        return 2
+    suffix = "-quick" if args.quick else ""
+    out = Path(args.out or ROOT / "runs" / f"experiment-{args.preset}{suffix}")
+    report = Path(args.report or ROOT / "reports" / f"{args.preset}-cpu{suffix}")
+    arms = [a for a in args.arms.split(",") if (preset_dir / f"{a}.yaml").is_file()]
+    missing = sorted(set(args.arms.split(",")) - set(arms))
+    if missing:
+        print(f"note: preset {args.preset} has no config for {missing}; skipped")
+    plan = [(arm, seed) for arm in arms for seed in range(args.seeds)]
+    print(f"experiment {out}: warm start, then {len(plan)} training runs "
+          f"({', '.join(arms)} x {args.seeds} seeds), then the report in {report}", flush=True)
+    t0 = time.perf_counter()
+
+    ws_dir = out / "warmstart"
+    ws_config = preset_dir / "warmstart.yaml"
+    if not (ws_dir / "warmstart.json").is_file():
+        print("[1/3] warm start ...", flush=True)
+        cmd = [sys.executable, "-m", "harness", "warmstart", "--out", str(ws_dir)]
+        if ws_config.is_file():
+            cmd += ["--config", str(ws_config)]
+        cmd += QUICK_WARMSTART if args.quick else []
+        if _run(cmd, out / "logs" / "warmstart.log") != 0:
+            print(f"error: the warm start failed; see {out / 'logs' / 'warmstart.log'}", file=sys.stderr)
+            return 1
+    else:
+        print(f"[1/3] warm start: reusing {ws_dir}", flush=True)
+    summary = json.loads((ws_dir / "warmstart.json").read_text())
+    print(f"      warm start check: {json.dumps(summary.get('check', {}))}", flush=True)
+
+    print("[2/3] training runs ...", flush=True)
+    failed = []
+    runs_dir = out / "runs"
+    for arm, seed in tqdm(plan, desc="runs", unit="run"):
+        config = preset_dir / f"{arm}.yaml"
+        run_dir = runs_dir / f"{arm}-seed{seed}"
+        if (run_dir / "status.json").is_file() and json.loads((run_dir / "status.json").read_text()).get("state") == "completed":
+            continue
+        overrides = [f"models.planner={ws_dir / ('single_agent' if arm == 'single_agent' else 'planner')}",
+                     f"models.sub={ws_dir / 'sub_agent'}"]
+        cmd = [sys.executable, "-m", "harness", "train", "--config", str(config), "--seed", str(seed),
+               "--run-dir", str(run_dir), *overrides, *(QUICK_TRAIN if args.quick else [])]
+        rc = _run(cmd, out / "logs" / f"{arm}-seed{seed}.log")
+        if rc != 0:
+            failed.append(f"{arm} seed {seed} (exit {rc}; see {out / 'logs' / f'{arm}-seed{seed}.log'})")
+            tqdm.write(f"run failed: {failed[-1]}")
+
+    print("[3/3] report ...", flush=True)
+    from harness.report import main as report_main
+
+    rc = report_main(["--runs", str(runs_dir), "--out", str(report)])
+    print(f"done in {time.perf_counter() - t0:.0f} s; report: {report / 'report.md'}", flush=True)
+    if failed:
+        print("failed runs:\n  " + "\n  ".join(failed), file=sys.stderr)
+        return 1
+    return int(rc)
