@@ -1,0 +1,294 @@
+"""``python -m harness train``: one trainer on one machine, its roles as separate processes (DESIGN §4, §8).
+
+    python -m harness train --trainer mgrpo --config baselines/configs/tiny/mgrpo.yaml \\
+        [--seed S] [--max-steps N] [--run-dir DIR | --resume RUN_DIR] [key.path=value ...]
+
+1. Loads and validates the :class:`harness.train_config.TrainConfig` (``--trainer``, ``--seed``,
+   ``--max-steps`` and ``key=value`` override the file), creates ``runs/<run_id>/`` and writes
+   ``config.yaml`` (the resolved config the roles read) and ``provenance.json``.
+2. Starts the world server (``python -m harness world serve``) and the roles the trainer needs
+   (:data:`baselines.TRAINERS`), each ``python -m harness.role --role ...`` with ``threads``
+   torch/OMP threads, logging to ``<run>/logs/<role>.log``. The roles talk over real HTTP and the
+   shared store (sqlite in the run directory unless ``store.url`` says otherwise).
+3. Waits. When the planner finishes, the sub role drains the remaining groups and stops (bounded
+   wait). When a role dies, the others are stopped after a bounded wait and the error names the role
+   and its log file. Ctrl-C or SIGTERM stops everything; a child also gets SIGTERM when the launcher
+   dies (``PR_SET_PDEATHSIG``). ``status.json`` says ``completed`` or ``failed``.
+
+``--resume RUN_DIR`` restarts the roles of an existing run from their last checkpoints with the
+run's own ``config.yaml`` (the store's consumer log makes sure no group is lost or counted twice).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.config import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
+from harness.records import read_steps, write_provenance, write_status
+from harness.train_config import TrainConfig
+
+#: Seconds the sub role may take to drain and stop after the planner finished.
+DRAIN_TIMEOUT_S = 300.0
+#: Seconds between SIGTERM and SIGKILL when stopping a role.
+KILL_GRACE_S = 10.0
+
+
+class RoleProcess:
+    """A child process (world server or role) with its log file."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        # Own session (a Ctrl-C reaches only the launcher, which stops the roles in order); on Linux the
+        # child also gets SIGTERM if the launcher itself dies (even by SIGKILL), so nothing is orphaned.
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True, preexec_fn=_die_with_parent)
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self, grace_s: float = KILL_GRACE_S) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+    def tail(self, n: int = 15) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def role_env(threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    n = str(threads)
+    env.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n, TOKENIZERS_PARALLELISM="false",
+               HF_HUB_OFFLINE=env.get("HF_HUB_OFFLINE", "1"), HF_DATASETS_OFFLINE=env.get("HF_DATASETS_OFFLINE", "1"),
+               TRL_EXPERIMENTAL_SILENCE="1", PYTHONUNBUFFERED="1")
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def start_world(cfg: TrainConfig, run_dir: Path, env: dict[str, str], timeout_s: float = 60.0) -> tuple[RoleProcess, str]:
+    """Start ``python -m harness world serve`` and return it with its base URL (read from its log)."""
+    proc = RoleProcess("world", [sys.executable, "-m", "harness", "world", "serve", "--seed", str(cfg.world.seed),
+                                 "--size", cfg.world.size, "--port", "0"], run_dir / "logs" / "world.log", env)
+    deadline = time.monotonic() + timeout_s
+    pattern = re.compile(r"at (http://127\.0\.0\.1:\d+)/")
+    while time.monotonic() < deadline:
+        m = pattern.search(proc.log_path.read_text(errors="replace"))
+        if m:
+            return proc, m.group(1)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.stop()
+    raise RuntimeError(f"the world server did not start within {timeout_s:.0f}s; see {proc.log_path}:\n{proc.tail()}")
+
+
+def build_config(args: argparse.Namespace) -> tuple[TrainConfig, Path]:
+    """The resolved config and the run directory from the command line."""
+    overrides = list(args.overrides)
+    if args.resume:
+        run_dir = Path(args.resume)
+        path = run_dir / "config.yaml"
+        if not path.is_file():
+            raise ConfigError(f"--resume {run_dir}: no config.yaml there (is it a run directory made by harness train?)")
+        data = load_yaml(path)
+        if args.trainer and data.get("trainer") != args.trainer:
+            raise ConfigError(f"--resume {run_dir} is a {data.get('trainer')} run, not {args.trainer}")
+    else:
+        if not args.config:
+            raise ConfigError("--config is required (e.g. baselines/configs/tiny/mgrpo.yaml)")
+        data = load_yaml(args.config)
+        if args.trainer:
+            if data.get("trainer") not in (None, args.trainer):
+                raise ConfigError(f"{args.config} is a config for trainer {data.get('trainer')!r}, but --trainer is "
+                                  f"{args.trainer!r}; pick the matching config file")
+            overrides.append(f"trainer={args.trainer}")
+        if args.seed is not None:
+            overrides.append(f"seed={args.seed}")
+    if args.max_steps is not None:
+        overrides.append(f"planner.max_steps={args.max_steps}")
+        sub = (data.get("sub") or {}).get("max_steps")
+        if sub is not None and sub > args.max_steps:
+            overrides.append(f"sub.max_steps={args.max_steps}")
+    where = str(args.resume or args.config)
+    cfg = from_dict(TrainConfig, apply_overrides(data, overrides), where=where)
+    if args.resume:
+        return cfg, Path(args.resume)
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(args.run_dir) if args.run_dir else Path(cfg.runs_dir) / cfg.resolved_run_id(now)
+    cfg.run_id = run_dir.name
+    return cfg, run_dir
+
+
+def summarise(run_dir: Path, roles: tuple[str, ...]) -> str:
+    lines = []
+    for role in roles:
+        path = run_dir / role / "metrics.jsonl"
+        if not path.is_file():
+            lines.append(f"  {role}: no steps recorded")
+            continue
+        recs = read_steps(path, tolerate_truncated_tail=True).records
+        if not recs:
+            lines.append(f"  {role}: no steps recorded")
+            continue
+
+        def avg(key: str) -> float:
+            vals = [getattr(r, key) for r in recs if getattr(r, key) is not None]
+            return sum(vals) / len(vals) if vals else float("nan")
+
+        lines.append(f"  {role}: {len(recs)} steps, reward {avg('reward_mean'):.3f}, per step: rollout "
+                     f"{avg('rollout_s'):.1f}s wait {avg('wait_s'):.1f}s train {avg('train_s'):.1f}s")
+    return "\n".join(lines)
+
+
+def launch(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> int:
+    from baselines import get_trainer
+
+    spec = get_trainer(str(cfg.trainer))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path = run_dir / "config.yaml"
+    if not resume:
+        config_path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        arm = f"{cfg.trainer}[alignment=none]" if spec.sub_trains and cfg.alignment.mode == "none" else cfg.trainer
+        write_provenance(run_dir, cfg, [cfg.seed], trainer=cfg.trainer, arm=arm)
+    else:
+        write_status(run_dir, "running", resumed=True)
+        reset_run_signals(cfg, run_dir)
+    env = role_env(cfg.threads)
+    # Ctrl-C and SIGTERM (a scheduler) stop the roles cleanly; set explicitly because a launcher started
+    # in the background inherits SIGINT as ignored.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    procs: list[RoleProcess] = []
+    error: str | None = None
+    try:
+        world, world_url = start_world(cfg, run_dir, env)
+        procs.append(world)
+        print(f"[train] {cfg.trainer} run {run_dir} (world at {world_url})", flush=True)
+        roles: dict[str, RoleProcess] = {}
+        for role in spec.roles:
+            argv = [sys.executable, "-m", "harness.role", "--role", role, "--config", str(config_path),
+                    "--run-dir", str(run_dir), "--world-url", world_url] + (["--resume"] if resume else [])
+            roles[role] = RoleProcess(role, argv, run_dir / "logs" / f"{role}.log", env)
+            procs.append(roles[role])
+            print(f"[train] started role {role} (pid {roles[role].proc.pid}, log {roles[role].log_path})", flush=True)
+        error = supervise(roles)
+    except KeyboardInterrupt as exc:
+        error = f"interrupted ({exc or 'SIGINT'}); all roles stopped"
+    except Exception as exc:  # a launcher failure still stops the children
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        for p in reversed(procs):
+            p.stop()
+    print(summarise(run_dir, spec.roles), flush=True)
+    if error:
+        write_status(run_dir, "failed", error=error)
+        print(f"[train] FAILED: {error}", file=sys.stderr, flush=True)
+        return 1
+    write_status(run_dir, "completed")
+    print(f"[train] completed: {run_dir}", flush=True)
+    return 0
+
+
+def reset_run_signals(cfg: TrainConfig, run_dir: Path) -> None:
+    """Before a resume: forget the previous processes' "planner done" and service URL in the store."""
+    from harness.role import PLANNER_DONE, SUB_URL, store_url
+    from mgrpo.store import open_store
+
+    store = open_store(store_url(cfg, run_dir), run_id=run_dir.name)
+    try:
+        store.put_stat(PLANNER_DONE, None)
+        store.put_stat(SUB_URL, None)
+    finally:
+        store.close()
+
+
+def supervise(roles: dict[str, RoleProcess], poll_s: float = 0.5) -> str | None:
+    """Wait for the roles; None when all finished cleanly, else an error naming the role and its log."""
+    planner_done_at: float | None = None
+    while True:
+        for name, p in roles.items():
+            rc = p.poll()
+            if rc is not None and rc != 0:
+                others = [o for o in roles.values() if o is not p and o.poll() is None]
+                for o in others:  # bounded: SIGTERM, then SIGKILL after the grace period
+                    o.stop()
+                return (f"role {name} exited with status {rc}; see its log {p.log_path}:\n{p.tail()}"
+                        + (f"\n(stopped {', '.join(o.name for o in others)})" if others else ""))
+        if all(p.poll() == 0 for p in roles.values()):
+            return None
+        planner = roles.get("planner")
+        if planner is not None and planner.poll() == 0:
+            planner_done_at = planner_done_at or time.monotonic()
+            if time.monotonic() - planner_done_at > DRAIN_TIMEOUT_S:
+                waiting = [n for n, p in roles.items() if p.poll() is None]
+                return (f"the planner finished but role(s) {waiting} did not stop within {DRAIN_TIMEOUT_S:.0f}s; "
+                        f"see {', '.join(str(roles[n].log_path) for n in waiting)}")
+        time.sleep(poll_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from baselines import TRAINERS
+
+    ap = argparse.ArgumentParser(prog="python -m harness train", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trainer", choices=sorted(TRAINERS), default=None, help="which trainer (baselines.TRAINERS)")
+    ap.add_argument("--config", default=None, help="run config YAML, e.g. baselines/configs/tiny/mgrpo.yaml")
+    ap.add_argument("--seed", type=int, default=None, help="run seed (overrides the config)")
+    ap.add_argument("--max-steps", type=int, default=None, help="planner optimizer steps (overrides the config)")
+    ap.add_argument("--run-dir", default=None, help="run directory (default: <runs_dir>/<run_id>)")
+    ap.add_argument("--resume", default=None, metavar="RUN_DIR", help="resume this run from its last checkpoints")
+    ap.add_argument("overrides", nargs="*", help="key.path=value config overrides")
+    args = ap.parse_args(argv)
+    if not args.resume and not args.trainer:
+        ap.error("--trainer is required (or --resume RUN_DIR)")
+    try:
+        cfg, run_dir = build_config(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return launch(cfg, run_dir, resume=bool(args.resume))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

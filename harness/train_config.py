@@ -1,0 +1,316 @@
+"""The typed run configuration of ``python -m harness train`` and ``python -m harness.role`` (DESIGN §3, §4, §9).
+
+One YAML file (``baselines/configs/<preset>/<trainer>.yaml``) holds everything a run needs; both
+roles read the same resolved config (saved in ``provenance.json`` and ``config.yaml`` of the run
+directory), so the planner and the sub-agent role never disagree about K, d, seeds or the world.
+Sections: ``models``, ``world``, ``tasks``, ``rollout`` (:class:`harness.rollout.RolloutConfig`),
+``tools`` (:class:`harness.tools.toolbox.ToolsConfig`), ``rewards``, ``alignment``, ``planner`` and
+``sub`` (per-role trainer hyper-parameters -> :class:`mgrpo.trainer.MGRPOConfig`), ``store``,
+``service``, ``eval``. Unknown keys, wrong types and inconsistent values fail at load time with a
+message naming the key and what to change (:func:`harness.config.load_config`).
+
+Batch-size rule (TRL ``GRPOTrainer``): the generation batch of a role is ``groups_per_step`` whole
+groups (K completions each for the planner, d*K for the sub-agent) and is split into
+``num_processes * gradient_accumulation_steps`` equal micro-batches, so ``groups_per_step * group``
+must be divisible by that product. The sub-agent role consumes the groups the planner produces:
+``sub.max_steps * sub.groups_per_step`` may not exceed ``planner.max_steps *
+planner.groups_per_step``.
+
+Deliberate decisions: ``sub.max_steps`` and ``sub.groups_per_step`` default (``null``) to the
+planner's, so the sub-agent takes one optimizer step per planner step (the paper's synchronised
+schedule); ``tasks.hard_filter_run`` (paper stage 2: keep tasks the stage-1 system mostly fails) is
+validated here and applied by the planner role from that run's eval records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from harness.config import ConfigError, help_field, load_config
+from harness.rollout import RolloutConfig
+from harness.tools.toolbox import ToolsConfig
+
+BENCHMARK_STYLES = ("gaia", "webwalkerqa", "xbench")
+
+
+@dataclass
+class ModelsConfig:
+    """Which model each role starts from (DESIGN §6)."""
+
+    planner: str = help_field("tiny", "planner (or single agent) model: registry name (tiny, smollm2-135m), local "
+                              "path, HF id, or a warm-start dir holding planner/ sub_agent/ single_agent/")
+    sub: str = help_field("tiny", "sub-agent model (same forms); ignored by single_agent")
+    init_seed: int = help_field(0, "weight seed of a built tiny model")
+    dtype: str = help_field("float32", "parameter dtype: float32, bfloat16, float16 or auto")
+    cache_dir: str = help_field(".cache/models", "where built/converted models are cached")
+
+
+@dataclass
+class WorldSection:
+    """The offline web world (DESIGN §5)."""
+
+    seed: int = help_field(0, "world seed")
+    size: Literal["tiny", "small", "default"] = help_field("tiny", "world preset")
+
+
+@dataclass
+class TasksConfig:
+    """Which generated tasks the planner trains on (DESIGN §5)."""
+
+    benchmarks: list[str] = help_field(list(BENCHMARK_STYLES), "task styles used: gaia, webwalkerqa, xbench")
+    split: Literal["train", "test"] = help_field("train", "split trained on (evaluation uses the other)")
+    n_train: int = help_field(20, "train tasks generated per style")
+    n_test: int = help_field(5, "test tasks generated per style")
+    limit: int | None = help_field(None, "keep at most this many training tasks after filtering (null = all)")
+    max_hops: int | None = help_field(None, "keep tasks whose gold path has at most this many subtasks "
+                                      "(paper stage 1: simple tasks for format); null = all")
+    hard_filter_run: str | None = help_field(None, "paper stage 2: a run dir whose eval records decide which tasks "
+                                             "are hard; null = no filter")
+    hard_filter_max_success: float = help_field(0.25, "stage 2: keep tasks solved in at most this share of their "
+                                                "eval records in hard_filter_run")
+
+    def validate(self) -> None:
+        unknown = sorted(set(self.benchmarks) - set(BENCHMARK_STYLES))
+        if unknown or not self.benchmarks:
+            raise ConfigError(f"tasks.benchmarks={self.benchmarks}: choose one or more of {list(BENCHMARK_STYLES)}")
+        if self.n_train < 1 or self.n_test < 0:
+            raise ConfigError("tasks.n_train must be >= 1 and tasks.n_test >= 0")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"tasks.limit={self.limit} must be >= 1 or null")
+        if self.max_hops is not None and self.max_hops < 1:
+            raise ConfigError(f"tasks.max_hops={self.max_hops} must be >= 1 or null")
+        if not 0.0 <= self.hard_filter_max_success <= 1.0:
+            raise ConfigError("tasks.hard_filter_max_success must be in [0, 1]")
+
+
+@dataclass
+class RewardsConfig:
+    """Reward weights (DESIGN §3; paper defaults)."""
+
+    planner_format: float = help_field(0.1, "R_M weight of r_format")
+    planner_correct: float = help_field(0.9, "R_M weight of r_correct")
+    sub_format: float = help_field(0.1, "R_S weight of the sub-agent's r_format")
+    sub_correct: float = help_field(0.4, "R_S weight of the planner's r_correct in the same rollout")
+    sub_expert: float = help_field(0.5, "R_S weight of r_expert (the expert judge of the subtask result)")
+
+    def validate(self) -> None:
+        for name in ("planner_format", "planner_correct", "sub_format", "sub_correct", "sub_expert"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"rewards.{name}={getattr(self, name)} must be >= 0")
+
+
+@dataclass
+class AlignmentConfig:
+    """Sub-trajectory alignment (DESIGN §3) and the ``none`` ablation (§4, paper Fig. 8)."""
+
+    d: int = help_field(8, "aligned sub-trajectories per rollout; the sub-agent group is d*K")
+    mode: Literal["query", "none"] = help_field(
+        "query", "'query': align each query's calls to d per rollout (M-GRPO); 'none': FIFO chunks of d*K "
+        "sub-trajectories regardless of query (ablation)")
+
+    def validate(self) -> None:
+        if self.d < 1:
+            raise ConfigError(f"alignment.d={self.d} must be >= 1")
+
+
+@dataclass
+class RoleTrainConfig:
+    """Trainer hyper-parameters of one role (-> ``MGRPOConfig``; DESIGN §3)."""
+
+    max_steps: int | None = help_field(None, "optimizer steps (planner: required; sub: null = planner's)")
+    groups_per_step: int | None = help_field(
+        None, "query groups per optimizer step (planner: queries, K rollouts each; sub: null = planner's, "
+        "d*K sub-trajectories each)")
+    learning_rate: float = help_field(1e-6, "AdamW learning rate")
+    lr_scheduler_type: str = help_field("constant", "transformers scheduler name")
+    warmup_steps: int = help_field(0, "scheduler warm-up steps")
+    weight_decay: float = help_field(0.0, "AdamW weight decay")
+    max_grad_norm: float = help_field(1.0, "gradient clipping norm")
+    gradient_accumulation_steps: int = help_field(1, "micro-batches per optimizer step")
+    num_processes: int = help_field(1, "data-parallel processes of this role (accelerate); checked at start")
+    loss_type: str = help_field("mgrpo", "'mgrpo' (DESIGN §3 clipped surrogate) or one of TRL's loss types")
+    ratio_level: Literal["sequence", "token"] = help_field("sequence", "importance ratio of loss_type=mgrpo")
+    epsilon: float = help_field(0.2, "lower clip: ratio >= 1 - epsilon")
+    epsilon_high: float = help_field(0.28, "upper clip: ratio <= 1 + epsilon_high")
+    beta: float = help_field(0.0, "KL coefficient (0 = no KL, the paper's setting)")
+    save_steps: int = help_field(0, "save a checkpoint every N steps (0 = only at the end)")
+    bf16: bool | None = help_field(None, "bf16 mixed precision (null: on with CUDA, off on CPU)")
+    gradient_checkpointing: bool | None = help_field(None, "recompute activations (null: on with CUDA)")
+    vllm_url: str | None = help_field(None, "generate with a `trl vllm-serve` server at this URL (TRL syncs "
+                                      "the weights into it); null = in-process hf backend")
+    trl: dict[str, Any] = help_field({}, "extra MGRPOConfig/GRPOConfig keyword arguments (checked by TRL)")
+
+    def validate(self) -> None:
+        for name in ("gradient_accumulation_steps", "num_processes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"max_steps={self.max_steps} must be >= 1")
+        if self.groups_per_step is not None and self.groups_per_step < 1:
+            raise ConfigError(f"groups_per_step={self.groups_per_step} must be >= 1")
+        if self.learning_rate <= 0:
+            raise ConfigError(f"learning_rate={self.learning_rate} must be > 0")
+        if self.save_steps < 0:
+            raise ConfigError("save_steps must be >= 0")
+        from mgrpo.loss import RATIO_LEVELS
+
+        if self.ratio_level not in RATIO_LEVELS:
+            raise ConfigError(f"ratio_level={self.ratio_level!r}: choose one of {RATIO_LEVELS}")
+        if self.loss_type not in LOSS_TYPES:
+            raise ConfigError(f"loss_type={self.loss_type!r}: choose 'mgrpo' or one of TRL's {LOSS_TYPES[1:]}")
+
+    @property
+    def micro_batches(self) -> int:
+        return self.num_processes * self.gradient_accumulation_steps
+
+
+# Kept in sync with mgrpo.trainer.LOSS_TYPES (checked in tests) so that loading a config does not
+# import torch/TRL.
+LOSS_TYPES = ("mgrpo", "grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+
+
+@dataclass
+class StoreSection:
+    """The shared store between roles (DESIGN §4)."""
+
+    url: str | None = help_field(None, "sqlite:///path or redis://host:port/db; null = sqlite in the run dir")
+    group_timeout_s: float = help_field(600.0, "how long the sub role waits for the next complete query group")
+
+    def validate(self) -> None:
+        if self.url is not None and not self.url.startswith(("sqlite:///", "redis://", "rediss://")):
+            raise ConfigError(f"store.url={self.url!r}: use sqlite:///path/store.db or redis://host:port/db")
+        if self.group_timeout_s <= 0:
+            raise ConfigError("store.group_timeout_s must be > 0")
+
+
+@dataclass
+class ServiceConfig:
+    """The sub-agent HTTP service (DESIGN §4)."""
+
+    host: str = help_field("127.0.0.1", "address the sub role binds (0.0.0.0 on a cluster)")
+    port: int = help_field(0, "port of the sub role's service (0 = a free port, published in the store)")
+    public_url: str | None = help_field(None, "URL the planner should use (default: http://host:port)")
+    timeout_s: float = help_field(600.0, "planner: seconds one request to the service may take")
+    startup_timeout_s: float = help_field(300.0, "planner: seconds to wait for the service to publish its URL")
+
+
+@dataclass
+class EvalConfig:
+    """Periodic evaluation by the planner role (DESIGN §7, §8: ``eval/<step>/<benchmark>.jsonl``)."""
+
+    every: int = help_field(0, "evaluate every N planner steps and at the end (0 = never)")
+    n_tasks: int = help_field(5, "test tasks per benchmark style")
+    max_new_tokens: int | None = help_field(None, "new tokens per turn (null = rollout.max_new_tokens)")
+
+    def validate(self) -> None:
+        if self.every < 0 or self.n_tasks < 1:
+            raise ConfigError("eval.every must be >= 0 and eval.n_tasks >= 1")
+
+
+@dataclass
+class TrainConfig:
+    """One training run of one trainer (``python -m harness train``)."""
+
+    trainer: str | None = help_field(None, "single_agent, frozen_sub or mgrpo (set by --trainer)")
+    seed: int = help_field(0, "run seed: sampling, data order, alignment")
+    run_id: str | None = help_field(None, "run directory name (null: <trainer>-s<seed>-<time>)")
+    runs_dir: str = help_field("runs", "parent directory of run directories")
+    threads: int = help_field(1, "torch threads of each role process")
+    models: ModelsConfig = field(default_factory=ModelsConfig, metadata={"help": "models"})
+    world: WorldSection = field(default_factory=WorldSection, metadata={"help": "offline world"})
+    tasks: TasksConfig = field(default_factory=TasksConfig, metadata={"help": "training tasks"})
+    rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={"help": "rollout limits, K"})
+    tools: ToolsConfig = field(default_factory=lambda: ToolsConfig(visit_backend="direct"),
+                               metadata={"help": "search/visit tools"})
+    rewards: RewardsConfig = field(default_factory=RewardsConfig, metadata={"help": "reward weights"})
+    alignment: AlignmentConfig = field(default_factory=AlignmentConfig, metadata={"help": "alignment"})
+    planner: RoleTrainConfig = field(default_factory=RoleTrainConfig, metadata={"help": "planner trainer"})
+    sub: RoleTrainConfig = field(default_factory=RoleTrainConfig, metadata={"help": "sub-agent trainer"})
+    store: StoreSection = field(default_factory=StoreSection, metadata={"help": "shared store"})
+    service: ServiceConfig = field(default_factory=ServiceConfig, metadata={"help": "sub-agent service"})
+    eval: EvalConfig = field(default_factory=EvalConfig, metadata={"help": "periodic evaluation"})
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def k(self) -> int:
+        return self.rollout.k
+
+    @property
+    def sub_group_size(self) -> int:
+        """d*K: one sub-agent TRL group (one query's aligned sub-trajectories)."""
+        return self.alignment.d * self.rollout.k
+
+    @property
+    def planner_groups(self) -> int:
+        return int(self.planner.groups_per_step or 1)
+
+    @property
+    def sub_groups(self) -> int:
+        return int(self.sub.groups_per_step or self.planner_groups)
+
+    @property
+    def sub_max_steps(self) -> int:
+        """Sub-agent optimizer steps: as configured, else as many as the planner's groups allow."""
+        if self.sub.max_steps is not None:
+            return self.sub.max_steps
+        return max(1, (self.planner_steps * self.planner_groups) // self.sub_groups)
+
+    @property
+    def planner_steps(self) -> int:
+        return int(self.planner.max_steps or 1)
+
+    def validate(self) -> None:
+        from baselines import TRAINERS
+
+        if self.trainer is None or self.trainer not in TRAINERS:
+            raise ConfigError(f"trainer={self.trainer!r}: set it to one of {sorted(TRAINERS)} (or pass --trainer)")
+        spec = TRAINERS[self.trainer]
+        if self.threads < 1:
+            raise ConfigError("threads must be >= 1")
+        if self.rollout.k < 2:
+            raise ConfigError(f"rollout.k={self.rollout.k}: GRPO needs at least 2 rollouts per query (set rollout.k >= 2)")
+        if self.planner.max_steps is None:
+            raise ConfigError("planner.max_steps is required (optimizer steps of the planner)")
+        if self.planner.groups_per_step is None:
+            raise ConfigError("planner.groups_per_step is required (queries per planner step, K rollouts each)")
+        gen = self.planner_groups * self.k
+        if gen % self.planner.micro_batches:
+            raise ConfigError(
+                f"planner: the generation batch planner.groups_per_step * rollout.k = {self.planner_groups} * {self.k} "
+                f"= {gen} must be divisible by planner.num_processes * planner.gradient_accumulation_steps = "
+                f"{self.planner.micro_batches}; change planner.groups_per_step or planner.gradient_accumulation_steps")
+        if spec.sub_trains:
+            if self.sub.num_processes != 1:
+                raise ConfigError(
+                    f"sub.num_processes={self.sub.num_processes}: the sub role trains on one process (its service keeps "
+                    "the sub-agent trajectories in that process); use sub.gradient_accumulation_steps for larger "
+                    "groups, or run more planner processes")
+            sub_gen = self.sub_groups * self.sub_group_size
+            if sub_gen % self.sub.micro_batches:
+                raise ConfigError(
+                    f"sub: the generation batch sub.groups_per_step * alignment.d * rollout.k = {self.sub_groups} * "
+                    f"{self.alignment.d} * {self.k} = {sub_gen} must be divisible by sub.num_processes * "
+                    f"sub.gradient_accumulation_steps = {self.sub.micro_batches}; change sub.groups_per_step or "
+                    "sub.gradient_accumulation_steps")
+            produced = self.planner_steps * self.planner_groups
+            needed = self.sub_max_steps * self.sub_groups
+            if needed > produced:
+                raise ConfigError(
+                    f"sub: sub.max_steps * sub.groups_per_step = {self.sub_max_steps} * {self.sub_groups} = {needed} "
+                    f"query groups, but the planner produces only planner.max_steps * planner.groups_per_step = "
+                    f"{self.planner_steps} * {self.planner_groups} = {produced}; lower sub.max_steps (or leave it "
+                    "null to follow the planner)")
+        if self.tasks.limit is not None and self.tasks.limit < self.planner_groups:
+            raise ConfigError(f"tasks.limit={self.tasks.limit} is smaller than planner.groups_per_step="
+                              f"{self.planner_groups}: one step needs that many distinct queries")
+        if self.eval.every and self.tasks.n_test < 1:
+            raise ConfigError("eval.every > 0 needs test tasks: set tasks.n_test >= 1")
+
+    def resolved_run_id(self, now: str) -> str:
+        return self.run_id or f"{self.trainer}-s{self.seed}-{now}"
+
+
+def load_train_config(path: str | None, overrides: list[str] | None = None) -> TrainConfig:
+    """Load and validate a :class:`TrainConfig` from YAML plus ``key.path=value`` overrides."""
+    return load_config(TrainConfig, path, overrides)

@@ -1,0 +1,135 @@
+"""The typed run config (harness/train_config.py) and the shipped presets (baselines/configs, accelerate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.config import ConfigError, from_dict, load_config
+from harness.train_config import LOSS_TYPES, TrainConfig, load_train_config
+
+ROOT = Path(__file__).resolve().parents[2]
+PRESETS = sorted((ROOT / "baselines" / "configs").glob("*/*.yaml"))
+
+
+def test_presets_exist_for_every_trainer_and_size():
+    names = {p.relative_to(ROOT / "baselines" / "configs").as_posix() for p in PRESETS}
+    for trainer in ("single_agent", "frozen_sub", "mgrpo"):
+        assert f"tiny/{trainer}.yaml" in names
+        assert f"smollm2/{trainer}.yaml" in names
+        assert f"paper/{trainer}_stage1.yaml" in names and f"paper/{trainer}_stage2.yaml" in names
+    assert "tiny/mgrpo_align_none.yaml" in names
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_preset_loads_and_validates(path):
+    cfg = load_train_config(str(path))
+    assert cfg.trainer in path.name
+    assert cfg.k >= 2 and cfg.planner.max_steps and cfg.planner.groups_per_step
+    if cfg.trainer == "mgrpo":
+        assert cfg.sub_max_steps * cfg.sub_groups <= cfg.planner_steps * cfg.planner_groups
+
+
+def test_paper_preset_has_the_paper_hyperparameters():
+    for stage in (1, 2):
+        cfg = load_train_config(str(ROOT / f"baselines/configs/paper/mgrpo_stage{stage}.yaml"))
+        assert cfg.k == 8 and cfg.alignment.d == 8 and cfg.sub_group_size == 64
+        for role in (cfg.planner, cfg.sub):
+            assert role.learning_rate == 1e-6 and role.epsilon == 0.2 and role.epsilon_high == 0.28 and role.beta == 0
+        assert cfg.store.url.startswith("redis://")
+    s1 = load_train_config(str(ROOT / "baselines/configs/paper/mgrpo_stage1.yaml"))
+    s2 = load_train_config(str(ROOT / "baselines/configs/paper/mgrpo_stage2.yaml"))
+    assert s1.tasks.max_hops == 1 and s1.tasks.hard_filter_run is None  # stage 1: simple tasks
+    assert s2.tasks.hard_filter_run and s2.models.planner.endswith("checkpoint-100")  # stage 2 starts from stage 1
+
+
+def test_tiny_preset_is_cpu_friendly():
+    cfg = load_train_config(str(ROOT / "baselines/configs/tiny/mgrpo.yaml"))
+    assert cfg.tools.visit_backend == "direct" and cfg.world.size == "tiny" and cfg.models.planner == "tiny"
+    assert cfg.store.url is None  # sqlite in the run dir
+    none = load_train_config(str(ROOT / "baselines/configs/tiny/mgrpo_align_none.yaml"))
+    assert none.alignment.mode == "none"
+
+
+def _base(**over):
+    data = {"trainer": "mgrpo", "rollout": {"k": 4}, "alignment": {"d": 2},
+            "planner": {"max_steps": 4, "groups_per_step": 2}}
+    for key, value in over.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    return data
+
+
+def test_inconsistent_planner_batch_names_what_to_change():
+    with pytest.raises(ConfigError, match=r"planner\.groups_per_step \* rollout\.k = 3 \* 4 = 12 .*divisible.* = 8"):
+        from_dict(TrainConfig, _base(planner={"groups_per_step": 3, "gradient_accumulation_steps": 8}))
+
+
+def test_inconsistent_sub_batch_names_what_to_change():
+    with pytest.raises(ConfigError, match=r"sub\.groups_per_step \* alignment\.d \* rollout\.k = 1 \* 2 \* 4 = 8.*sub\.gradient"):
+        from_dict(TrainConfig, _base(sub={"groups_per_step": 1, "gradient_accumulation_steps": 3}))
+
+
+def test_sub_cannot_need_more_groups_than_the_planner_makes():
+    with pytest.raises(ConfigError, match=r"lower sub\.max_steps"):
+        from_dict(TrainConfig, _base(sub={"max_steps": 9}))
+    cfg = from_dict(TrainConfig, _base())
+    assert cfg.sub_max_steps == 4 and cfg.sub_groups == 2  # null = follow the planner
+
+
+def test_clear_errors_for_bad_values():
+    with pytest.raises(ConfigError, match="unknown key"):
+        from_dict(TrainConfig, _base(planner={"lr": 1e-3}))
+    with pytest.raises(ConfigError, match="at least 2 rollouts"):
+        from_dict(TrainConfig, _base(rollout={"k": 1}))
+    with pytest.raises(ConfigError, match=r"trainer='ppo'"):
+        from_dict(TrainConfig, _base(trainer="ppo"))
+    with pytest.raises(ConfigError, match="alignment.mode"):
+        from_dict(TrainConfig, _base(alignment={"mode": "random"}))
+    with pytest.raises(ConfigError, match="loss_type='reinforce'"):
+        from_dict(TrainConfig, _base(planner={"loss_type": "reinforce"}))
+    with pytest.raises(ConfigError, match="store.url"):
+        from_dict(TrainConfig, _base(store={"url": "postgres://x"}))
+    with pytest.raises(ConfigError, match="sub.num_processes=2"):
+        from_dict(TrainConfig, _base(sub={"num_processes": 2}))
+    with pytest.raises(ConfigError, match="planner.max_steps is required"):
+        from_dict(TrainConfig, {"trainer": "single_agent", "planner": {"groups_per_step": 1}})
+
+
+def test_overrides_win_over_the_file(tmp_path):
+    path = ROOT / "baselines/configs/tiny/frozen_sub.yaml"
+    cfg = load_config(TrainConfig, path, ["rollout.k=2", "planner.max_steps=3", "alignment.mode=none"])
+    assert (cfg.k, cfg.planner.max_steps, cfg.alignment.mode) == (2, 3, "none")
+
+
+def test_loss_types_match_the_trainer():
+    from mgrpo.trainer import LOSS_TYPES as TRAINER_LOSS_TYPES
+
+    assert LOSS_TYPES == TRAINER_LOSS_TYPES
+
+
+@pytest.mark.parametrize("name", ["ddp", "zero2", "zero3", "fsdp2"])
+def test_accelerate_configs_load(name):
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    cfg = ClusterConfig.from_yaml_file(str(ROOT / "baselines" / "accelerate" / f"{name}.yaml"))
+    expected = {"ddp": "MULTI_GPU", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED", "fsdp2": "FSDP"}[name]
+    assert cfg.distributed_type.name == expected
+    if name.startswith("zero"):
+        assert cfg.deepspeed_config["zero_stage"] == int(name[-1])
+    if name == "fsdp2":
+        assert cfg.fsdp_config["fsdp_version"] == 2
+
+
+def test_mgrpo_args_derive_batch_sizes(tmp_path):
+    from harness.role import mgrpo_args
+
+    cfg = from_dict(TrainConfig, _base(planner={"gradient_accumulation_steps": 2}))
+    args = mgrpo_args(cfg, "planner", tmp_path, cfg.k, cfg.planner_groups, cfg.planner_steps)
+    assert args.num_generations == 4 and args.per_device_train_batch_size == 4  # 2 groups * 4 / 2 micro-batches
+    assert args.loss_type == "mgrpo" and args.epsilon_high == 0.28 and args.beta == 0.0
+    sub = mgrpo_args(cfg, "sub", tmp_path, cfg.sub_group_size, cfg.sub_groups, cfg.sub_max_steps)
+    assert sub.num_generations == 8 and sub.per_device_train_batch_size == 16
+    bad = from_dict(TrainConfig, _base(planner={"num_processes": 2}))
+    with pytest.raises(ConfigError, match="planner.num_processes=2 but this role runs with 1"):
+        mgrpo_args(bad, "planner", tmp_path, bad.k, bad.planner_groups, bad.planner_steps)

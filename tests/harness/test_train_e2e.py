@@ -1,0 +1,181 @@
+"""``python -m harness train`` end to end, one real run per trainer (DESIGN §4, §8), slow.
+
+Each run: the tiny preset shrunk to 2 planner steps x 2 queries x K=2, an untrained tiny model,
+16 new tokens per turn, 2 turns; real processes (world server, roles), real HTTP, a sqlite store.
+An untrained planner practically never emits a valid ``delegate`` call, so for ``mgrpo`` the sub
+role sees only empty groups and stops cleanly when the planner is done (its training path is
+covered by tests/harness/test_roles.py, which delegates for real).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.records import read_steps, read_tasks
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["rollout.k=2", "planner.groups_per_step=2", "rollout.max_new_tokens=16", "rollout.planner_turns=2",
+         "rollout.sub_turns=2", "alignment.d=2", "tasks.n_train=4", "tasks.n_test=1", "eval.every=2",
+         "eval.n_tasks=1", "planner.save_steps=1", "store.group_timeout_s=120"]
+
+
+def _train(tmp_path: Path, trainer: str, *extra: str, run_name: str = "run", timeout: float = 600):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    cmd = [sys.executable, "-m", "harness", "train", "--trainer", trainer, "--config",
+           str(ROOT / f"baselines/configs/tiny/{trainer}.yaml"), "--max-steps", "2",
+           "--run-dir", str(tmp_path / run_name), *SMALL, *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return proc, tmp_path / run_name
+
+
+@pytest.mark.parametrize("trainer", ["single_agent", "frozen_sub", "mgrpo"])
+def test_train_runs_roles_end_to_end(tmp_path, trainer):
+    proc, run = _train(tmp_path, trainer)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((run / "status.json").read_text())["state"] == "completed"
+    prov = json.loads((run / "provenance.json").read_text())
+    assert prov["trainer"] == trainer and prov["config"]["rollout"]["k"] == 2 and prov["seeds"] == [0]
+    assert (run / "config.yaml").is_file()
+
+    steps = read_steps(run / "planner" / "metrics.jsonl").records
+    assert [s.step for s in steps] == [1, 2]
+    for s in steps:
+        assert s.trainer == trainer and s.role == "planner" and s.n_trajectories == 4
+        assert s.rollout_s > 0 and s.train_s > 0 and s.wait_s >= 0 and s.policy_version == s.step
+        assert s.reward_mean is not None and s.entropy is not None and s.n_model_tokens > 0
+        assert set(s.reward_components) == {"format", "correct"}
+        if trainer == "single_agent":
+            assert s.sub_calls_mean is None
+        else:
+            assert s.sub_calls_mean is not None and sum(s.sub_calls_hist) == 4
+    assert (run / "planner" / "checkpoints" / "checkpoint-2" / "model.safetensors").is_file()
+
+    # Periodic evaluation: before training and at step 2, one task per style.
+    for step in (0, 2):
+        files = sorted(p.name for p in (run / "eval" / str(step)).glob("*.jsonl"))
+        assert files == ["local_gaia.jsonl", "local_webwalkerqa.jsonl", "local_xbench.jsonl"]
+        for f in files:
+            recs = read_tasks(run / "eval" / str(step) / f).records
+            assert len(recs) == 1 and recs[0].step == step and recs[0].trainer == trainer
+
+    # The shared store holds the 4 query groups (2 steps x 2 queries), complete, with K=2 each.
+    from mgrpo.store import open_store
+
+    store = open_store(f"sqlite:///{run / 'store.db'}", run_id=run.name)
+    try:
+        progress = store.group_progress()
+        assert len(progress) == 4 and all(p.complete and p.k == 2 for p in progress.values())
+        assert store.get_policy_version("planner") == 2
+        if trainer == "mgrpo":  # every group was taken and acknowledged (none lost)
+            assert store.pending_groups() == [] and len(store.consumed_groups()) == 4
+    finally:
+        store.close()
+
+    if trainer == "frozen_sub":
+        assert (run / "sub" / "checkpoints" / "checkpoint-0" / "model.safetensors").is_file()
+        assert "planner finished; service stopped" in (run / "logs" / "sub.log").read_text()
+    if trainer == "mgrpo":
+        assert "[sub] finished after" in (run / "logs" / "sub.log").read_text()
+    assert "per step: rollout" in proc.stdout
+
+
+def test_a_dying_role_stops_the_others_and_names_its_log(tmp_path):
+    proc, run = _train(tmp_path, "mgrpo", "models.sub=/nonexistent/model-dir", "eval.every=0")
+    assert proc.returncode == 1
+    assert re.search(r"role sub exited with status \d+; see its log .*logs/sub\.log", proc.stderr), proc.stderr
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "failed" and "role sub" in status["error"]
+    pid = int(re.search(r"started role planner \(pid (\d+)", proc.stdout).group(1))
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the planner was stopped, not left running
+
+
+def test_sigkill_of_a_role_then_resume_continues_without_lost_or_duplicated_steps(tmp_path):
+    """SIGKILL the planner after its checkpoint at step 2; ``--resume`` finishes steps 3-6 (frozen_sub)."""
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    cmd = [sys.executable, "-m", "harness", "train", "--trainer", "frozen_sub", "--config",
+           str(ROOT / "baselines/configs/tiny/frozen_sub.yaml"), "--max-steps", "6", "--run-dir", str(run),
+           *SMALL, "eval.every=0"]
+    launcher = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pid = None
+        deadline = time.monotonic() + 300
+        ckpt = run / "planner" / "checkpoints" / "checkpoint-2" / "trainer_state.json"
+        while time.monotonic() < deadline and not ckpt.is_file():
+            time.sleep(0.1)
+        assert ckpt.is_file(), "the planner never wrote checkpoint-2"
+        ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
+        for line in ps.splitlines():
+            if "harness.role --role planner" in line and str(run) in line:
+                pid = int(line.split()[0])
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        stdout, stderr = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 1 and "role planner exited with status -9" in stderr, stderr
+    assert json.loads((run / "status.json").read_text())["state"] == "failed"
+
+    resumed = subprocess.run([sys.executable, "-m", "harness", "train", "--resume", str(run)], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert json.loads((run / "status.json").read_text())["state"] == "completed"
+    steps = [s.step for s in read_steps(run / "planner" / "metrics.jsonl").records]
+    assert steps == [1, 2, 3, 4, 5, 6]  # none lost, none twice (records after the checkpoint were replayed)
+    assert (run / "planner" / "checkpoints" / "checkpoint-6").is_dir()
+    from mgrpo.store import open_store
+
+    store = open_store(f"sqlite:///{run / 'store.db'}", run_id=run.name)
+    try:
+        progress = store.group_progress()
+        # 6 steps x 2 queries: a replayed step rewrote its own keys instead of adding groups
+        assert len(progress) == 12 and all(p.complete for p in progress.values())
+        assert sorted({q.split("@")[1].split(".")[0] for q in progress}) == ["0", "1", "2", "3", "4", "5"]
+    finally:
+        store.close()
+
+
+def test_sigterm_to_the_launcher_stops_every_role(tmp_path):
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    cmd = [sys.executable, "-m", "harness", "train", "--trainer", "frozen_sub", "--config",
+           str(ROOT / "baselines/configs/tiny/frozen_sub.yaml"), "--max-steps", "50", "--run-dir", str(run),
+           *SMALL, "eval.every=0"]
+    launcher = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        metrics = run / "planner" / "metrics.jsonl"
+        while time.monotonic() < deadline and not metrics.is_file():
+            time.sleep(0.1)
+        assert metrics.is_file(), "the planner never finished a step"
+        launcher.send_signal(signal.SIGTERM)
+        stdout, stderr = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 1 and "interrupted (SIGTERM); all roles stopped" in stderr, stderr
+    assert json.loads((run / "status.json").read_text())["state"] == "failed"
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    assert str(run) not in ps, "a role process outlived the launcher"
+    pids = [int(m) for m in re.findall(r"\(pid (\d+)", stdout)]
+    assert len(pids) == 2
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
