@@ -1,0 +1,86 @@
+"""Warm start (DESIGN §5, §6): demonstrations from the scripted expert, tokenised as rollouts are,
+loss on model tokens only; the command end to end on a tiny budget."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.agents.parsing import ToolCall, parse_turn
+from harness.agents.prompts import EpisodeTokens, agent_prompt, initial_messages
+from harness.models import load_model
+from harness.warmstart import expert_demonstrations, main, tokenize_transcript
+from harness.world.generator import generate_world
+from harness.world.tasks import TaskConfig, generate_tasks
+from harness.world.toolbox import WorldToolbox
+
+
+@pytest.fixture(scope="module")
+def demos():
+    world = generate_world(seed=3, size="tiny")
+    tasks = generate_tasks(world, TaskConfig(n_train=4, n_test=1))
+    train = [t for (b, s), ts in sorted(tasks.tasks.items()) if s == "train" for t in ts]
+    return expert_demonstrations(train, WorldToolbox(world), noise=0.0, seed=0), len(train)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_model("tiny")[1]
+
+
+def test_demonstrations_use_the_agents_own_prompts(demos):
+    d, n = demos
+    assert d.n_tasks == n and d.n_correct == n  # noise 0: every verified task is solved
+    assert len(d.planner) == len(d.single_agent) == n
+    assert len(d.sub_agent) >= n  # at least one delegation per task
+    for agent in ("planner", "sub_agent", "single_agent"):
+        for msgs in d.of(agent):
+            assert msgs[0] == initial_messages(agent, "x")[0]  # the agent's own system prompt
+            assert msgs[-1]["role"] == "assistant" and msgs[-1]["content"].startswith("<answer>")
+            for m in msgs[2:]:
+                if m["role"] == "assistant" and m is not msgs[-1]:
+                    parsed = parse_turn(m["content"], agent_prompt(agent).allowed_tools)
+                    assert isinstance(parsed, ToolCall), (agent, m["content"])
+    # the single agent does the searching itself: no delegate, and as many answers as tasks
+    assert all('"delegate"' not in m["content"] for msgs in d.single_agent for m in msgs)
+
+
+def test_labels_cover_exactly_the_assistant_turns(demos, tokenizer):
+    d, _ = demos
+    for agent in ("planner", "sub_agent", "single_agent"):
+        codec = EpisodeTokens(tokenizer, agent_prompt(agent).tools)
+        msgs = d.of(agent)[0]
+        ex = tokenize_transcript(codec, msgs)
+        assert len(ex["input_ids"]) == len(ex["labels"])
+        learned = [t for t in ex["labels"] if t != -100]
+        expected = "".join(m["content"] + "<|im_end|>" for m in msgs if m["role"] == "assistant")
+        assert tokenizer.decode(learned, skip_special_tokens=False) == expected
+        # the whole example is the template's own rendering of the conversation
+        codec.check(msgs)
+
+
+@pytest.mark.slow
+def test_warmstart_command_end_to_end(tmp_path, capsys):
+    out = tmp_path / "ws"
+    rc = main(["--out", str(out), "n_train_tasks=2", "n_test_tasks=1", "eval_tasks=2", "max_steps=1",
+               "batch_size=2", "world_size=tiny", "eval_max_new_tokens=8"])
+    assert rc == 0
+    summary = json.loads((out / "warmstart.json").read_text())
+    for agent in ("planner", "sub_agent", "single_agent"):
+        assert (out / agent / "config.json").is_file() and (out / agent / "tokenizer.json").is_file()
+        assert summary["agents"][agent]["steps"] == 1 and summary["agents"][agent]["n_examples"] >= 1
+    for mode in ("greedy", "sampled"):
+        check = summary["check"][mode]
+        assert check["n_tasks"] == 2 and 0.0 <= check["valid_turns"] <= 1.0 and check["turns"] >= 2
+    assert set(summary["stages"]) >= {"world_s", "expert_s", "sft_planner_s", "check_s", "total_s"}
+    # a saved agent loads back as a model directory
+    model, tok = load_model(str(out / "planner"))
+    assert model.config.model_type == "qwen3" and tok.chat_template
+
+
+def test_bad_config_is_a_clear_error(tmp_path, capsys):
+    assert main(["--out", str(tmp_path), "agents=[planner,critic]"]) == 2
+    assert "unknown ['critic']" in capsys.readouterr().err
+    assert main(["--out", str(tmp_path), "nosie=0.1"]) == 2
+    assert "unknown key(s) ['nosie']" in capsys.readouterr().err
