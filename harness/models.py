@@ -429,7 +429,10 @@ def _find_smollm2_gguf() -> Path:
 def _load_smollm2(spec: ModelSpec, texts: list[str] | None) -> LoadedModel:
     del texts
     gguf = _find_smollm2_gguf()
-    key = hashlib.sha256(f"{_SMOLLM2_FORMAT_VERSION}:{gguf.name}:{gguf.stat().st_size}".encode()).hexdigest()[:16]
+    # The chat template is baked into the converted copy, so it is part of the cache key.
+    key = hashlib.sha256(
+        f"{_SMOLLM2_FORMAT_VERSION}:{gguf.name}:{gguf.stat().st_size}:{TINY_CHAT_TEMPLATE}".encode()
+    ).hexdigest()[:16]
     target = Path(spec.cache_dir) / f"smollm2-135m-{key}"
     if not (target / "config.json").exists():
         if importlib.util.find_spec("gguf") is None:

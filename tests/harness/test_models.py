@@ -236,4 +236,4 @@ def test_smollm2_loads_as_plain_llama_with_chatml_tools():
     messages = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is the capital of France?"}]
     gen = HFBackend(model, tok).generate([et.prompt_ids(messages)], max_new_tokens=16, temperature=0.0, stop_token_ids=et.stop_token_ids)[0]
     assert "Paris" in et.decode_turn(gen.token_ids)
-    assert '"name": "search"' in tok.apply_chat_template(initial_messages("sub_agent", "t"), tools=list(agent_prompt("sub_agent").tools), tokenize=False)
+    assert '\n- search(query): ' in tok.apply_chat_template(initial_messages("sub_agent", "t"), tools=list(agent_prompt("sub_agent").tools), tokenize=False)
