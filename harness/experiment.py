@@ -28,13 +28,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from harness.config import load_yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "baselines" / "configs"
 
 #: (run name, config file) per preset, in the order they run.
 ARMS = ("single_agent", "frozen_sub", "mgrpo", "mgrpo_align_none")
 
-QUICK_WARMSTART = ["max_steps=3", "n_train_tasks=4", "n_test_tasks=2", "eval_tasks=2", "world_size=tiny"]
+QUICK_WARMSTART = ["max_steps=3", "n_train_tasks=4", "n_test_tasks=2", "eval_tasks=2", "world_size=tiny",
+                   "batch_size=2", "max_length=1536", "eval_max_new_tokens=24"]
 QUICK_TRAIN = ["planner.max_steps=2", "eval.every=2", "eval.n_tasks=1", "rollout.k=2",
                "rollout.max_new_tokens=24", "rollout.planner_turns=2", "rollout.sub_turns=2", "alignment.d=2",
                "tasks.n_train=4", "tasks.n_test=2", "planner.groups_per_step=2"]
@@ -99,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         overrides = [f"models.planner={ws_dir / ('single_agent' if arm == 'single_agent' else 'planner')}",
                      f"models.sub={ws_dir / 'sub_agent'}"]
-        cmd = [sys.executable, "-m", "harness", "train", "--config", str(config), "--seed", str(seed),
+        trainer = load_yaml(config).get("trainer", arm)
+        cmd = [sys.executable, "-m", "harness", "train", "--trainer", str(trainer), "--config", str(config),
+               "--seed", str(seed),
                "--run-dir", str(run_dir), *overrides, *(QUICK_TRAIN if args.quick else [])]
         rc = _run(cmd, out / "logs" / f"{arm}-seed{seed}.log")
         if rc != 0:

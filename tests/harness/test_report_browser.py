@@ -10,13 +10,13 @@ import pytest
 from PIL import Image
 
 from harness.report import Options, build_report
+from harness.tools.browser import DEFAULT_ARGS, DEFAULT_CHROMIUM
 from tests.support.records_factory import make_experiment
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM = DEFAULT_CHROMIUM
+ARGS = list(DEFAULT_ARGS)
 
 
 @pytest.fixture(scope="module")
