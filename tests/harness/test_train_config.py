@@ -10,7 +10,9 @@ from harness.config import ConfigError, from_dict, load_config
 from harness.train_config import LOSS_TYPES, TrainConfig, load_train_config
 
 ROOT = Path(__file__).resolve().parents[2]
-PRESETS = sorted((ROOT / "baselines" / "configs").glob("*/*.yaml"))
+#: Training presets; ``warmstart.yaml`` files are warm-start presets (checked below).
+PRESETS = sorted(p for p in (ROOT / "baselines" / "configs").glob("*/*.yaml") if p.name != "warmstart.yaml")
+WARMSTART_PRESETS = sorted((ROOT / "baselines" / "configs").glob("*/warmstart.yaml"))
 
 
 def test_presets_exist_for_every_trainer_and_size():
@@ -29,6 +31,16 @@ def test_every_preset_loads_and_validates(path):
     assert cfg.k >= 2 and cfg.planner.max_steps and cfg.planner.groups_per_step
     if cfg.trainer == "mgrpo":
         assert cfg.sub_max_steps * cfg.sub_groups <= cfg.planner_steps * cfg.planner_groups
+
+
+@pytest.mark.parametrize("path", WARMSTART_PRESETS, ids=lambda p: p.parent.name)
+def test_warmstart_presets_load_and_match_their_training_world(path):
+    from harness.warmstart import WarmstartConfig
+
+    ws = load_config(WarmstartConfig, str(path))
+    train = load_train_config(str(path.parent / "mgrpo.yaml"))
+    # the tokenizer and the demonstrations come from the world the trainers then run in
+    assert (ws.world_seed, ws.world_size) == (train.world.seed, train.world.size)
 
 
 def test_paper_preset_has_the_paper_hyperparameters():
