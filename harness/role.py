@@ -275,6 +275,17 @@ def last_checkpoint(out_dir: Path) -> str | None:
 
 
 # ------------------------------------------------------------------------------ planner role
+def append_completion(out: dict[str, list[Any]], traj: Any, reward: float) -> None:
+    """Add one trajectory as a ``rollout_func`` completion (the columns TRL and the reward read)."""
+    out["prompt_ids"].append(list(traj.prompt_ids))
+    out["completion_ids"].append(list(traj.completion_ids))
+    out["logprobs"].append(list(traj.logprobs))
+    out["env_mask"].append(list(traj.env_mask))
+    out["reward"].append(reward)
+    out["query_id"].append(traj.query_id)
+    out["rollout"].append(traj.rollout)
+
+
 class PlannerRollout:
     """``rollout_func`` of the planner role (see the module docstring)."""
 
@@ -345,13 +356,7 @@ class PlannerRollout:
                 r_format=float(traj.format_ok), sub_call_ids=[sr.call for sr in ep.sub_results],
                 policy_version=step, sub_policy_versions=[int(sr.policy_version) for sr in ep.sub_results],
                 extra={"task_id": tid, "step": step, "end_reason": traj.end_reason}))
-            out["prompt_ids"].append(list(traj.prompt_ids))
-            out["completion_ids"].append(list(traj.completion_ids))
-            out["logprobs"].append(list(traj.logprobs))
-            out["env_mask"].append(list(traj.env_mask))
-            out["reward"].append(reward)
-            out["query_id"].append(traj.query_id)
-            out["rollout"].append(traj.rollout)
+            append_completion(out, traj, reward)
             formats.append(float(traj.format_ok))
             corrects.append(float(correct))
             calls.append(len(ep.sub_results))
@@ -645,13 +650,7 @@ class SubRollout:
                                "reward": [], "query_id": [], "rollout": [], "call": []}
         parts: dict[str, list[float]] = {"format": [], "correct": [], "expert": []}
         for traj, reward, comp in chosen:
-            out["prompt_ids"].append(list(traj.prompt_ids))
-            out["completion_ids"].append(list(traj.completion_ids))
-            out["logprobs"].append(list(traj.logprobs))
-            out["env_mask"].append(list(traj.env_mask))
-            out["reward"].append(reward)
-            out["query_id"].append(traj.query_id)
-            out["rollout"].append(traj.rollout)
+            append_completion(out, traj, reward)
             out["call"].append(int(traj.call or 0))
             for key in parts:
                 parts[key].append(comp[key])
