@@ -8,7 +8,9 @@ the performance core").
 * :class:`HFBackend` runs a transformers causal LM in-process: its own sampling loop over a KV
   cache (``model(input_ids, attention_mask, position_ids, past_key_values)`` step by step), batched
   with **left padding** and explicit position ids, so a padded prompt is generated exactly as it
-  would be alone (tested under greedy decoding).
+  would be alone (tested under greedy decoding). It keeps the KV of what it has computed (a
+  **prefix cache**, matched by token content), so the next turn of an episode prefills only its
+  new tokens; a weight change empties it (see :class:`HFBackend`, docs/models.md).
 * :class:`VLLMBackend` is an HTTP client of a vLLM server started by ``trl vllm-serve`` (which, in
   TRL 1.16, runs vLLM's own OpenAI-compatible server with ``--logprobs-mode processed_logprobs``;
   TRL's ``VLLMClient`` talks to ``/health``, ``/v1/models`` and ``/v1/completions`` with token-id
@@ -35,12 +37,19 @@ rollouts of one query identical); without a seed it sends the whole batch as one
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
+from transformers import AttentionInterface
+from transformers.cache_utils import Cache, DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 __all__ = ["Generation", "GenerationBackend", "HFBackend", "VLLMBackend", "BackendError", "sampling_logprobs"]
 
@@ -114,6 +123,111 @@ def sampling_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature
     return logp.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
 
 
+class _PrefixEntry:
+    """The KV of one token sequence the backend has already run through the model (see HFBackend)."""
+
+    __slots__ = ("tokens", "keys", "values", "nbytes")
+
+    def __init__(self, tokens: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        self.tokens = tokens  # [L] int64, CPU
+        self.keys = keys  # per layer [kv_heads, L, head_dim], on the model's device
+        self.values = values
+        self.nbytes = sum(t.numel() * t.element_size() for t in (*keys, *values))
+
+
+class _BufferLayer(DynamicLayer):
+    """One layer's KV for one batched call, in a buffer allocated once (no ``torch.cat`` per step).
+
+    Columns ``[0, cached)`` hold each row's reused prefix, left-padded to the longest; the buffer is
+    allocated at the first ``update`` (prefill), where the prefixes are copied in, with room for
+    ``columns`` in all. ``keys``/``values`` are views of the filled columns.
+    """
+
+    def __init__(self, columns: int, cached: int, prefixes: list[tuple[int, torch.Tensor, torch.Tensor]]) -> None:
+        super().__init__()
+        self.columns = columns
+        self.filled = cached
+        self.prefixes = prefixes  # (row, keys [H, u, D], values [H, u, D])
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        batch, heads = key_states.shape[:2]
+        self.key_buffer = key_states.new_zeros((batch, heads, self.columns, key_states.shape[-1]))
+        self.value_buffer = value_states.new_zeros((batch, value_states.shape[1], self.columns, value_states.shape[-1]))
+        for row, keys, values in self.prefixes:
+            u = keys.shape[1]
+            self.key_buffer[row, :, self.filled - u : self.filled] = keys
+            self.value_buffer[row, :, self.filled - u : self.filled] = values
+        self.prefixes = []
+        self.is_initialized = True
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.filled + key_states.shape[-2]
+        self.key_buffer[:, :, self.filled : end] = key_states
+        self.value_buffer[:, :, self.filled : end] = value_states
+        self.filled = end
+        self.keys, self.values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.filled
+
+    def expand_rows(self, index: torch.Tensor) -> None:
+        self.key_buffer = self.key_buffer.index_select(0, index)
+        self.value_buffer = self.value_buffer.index_select(0, index)
+        self.keys, self.values = self.key_buffer[:, :, : self.filled], self.value_buffer[:, :, : self.filled]
+
+
+def _sdpa_grouped(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                  is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' ``sdpa`` attention, except that a padded batch (a mask) with grouped KV heads is
+    computed by SDPA's own ``enable_gqa`` instead of first copying every KV head ``num_key_value_groups``
+    times (transformers does that whenever there is a mask, because CUDA kernels need it). On CPU this
+    copy of the whole KV cache at every decoding step costs more than the attention itself (the
+    attention of the tiny model at batch 8 and 300-600 cached tokens is 2.5-15x faster without it);
+    it is the same attention (equal to float rounding)."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    if (groups > 1 and attention_mask is not None and query.device.type == "cpu" and not torch.is_grad_enabled()
+            and kwargs.get("position_bias") is None and attention_mask.dim() == 4):
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, enable_gqa=True
+        )
+        return out.transpose(1, 2).contiguous(), None
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                  is_causal=is_causal, **kwargs)
+
+
+_GROUPED_SDPA = "harness_sdpa_grouped"
+AttentionInterface.register(_GROUPED_SDPA, _sdpa_grouped)
+AttentionMaskInterface.register(_GROUPED_SDPA, sdpa_mask)
+
+
+@contextmanager
+def _grouped_attention(model: Any) -> Iterator[None]:
+    """Run ``model`` with :func:`_sdpa_grouped` while inside (only if it uses ``sdpa``)."""
+    config = model.config
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        yield
+        return
+    config._attn_implementation = _GROUPED_SDPA
+    try:
+        yield
+    finally:
+        config._attn_implementation = "sdpa"
+
+
+class _ReuseCache(Cache):
+    """A transformers ``Cache`` of :class:`_BufferLayer` s (one batched call of :class:`HFBackend`)."""
+
+    def __init__(self, layers: list[_BufferLayer]) -> None:
+        super().__init__(layers=layers)
+
+
 class HFBackend:
     """In-process batched generation with a transformers causal LM (DESIGN §6 ``hf`` backend).
 
@@ -121,9 +235,25 @@ class HFBackend:
     ``tokenizer`` provides ``pad_token_id`` (or ``eos_token_id``) for left padding.
     ``max_batch_size`` splits larger batches into chunks (``None``: all at once). The model's
     train/eval mode is restored after each call (TRL reads ``model.training``).
+
+    **Prefix cache** (``prefix_cache_bytes``, default 1 GiB; 0 turns it off): after each call the
+    backend keeps, per returned sequence, the KV of the tokens it ran through the model (prompt +
+    completion without its last token). A later prompt that starts with such a sequence (the next
+    turn of the same episode: the same tokens + the observation + the next assistant opening)
+    prefills only its new suffix. Matching is by token content (longest common prefix, at least one
+    prompt token is always recomputed for the next-token logits), so it is transparent to callers.
+    Entries are dropped least-recently-used beyond the byte budget, by :meth:`release` (the rollout
+    releases an episode when it ends) and by :meth:`clear_cache`; and all of them as soon as any
+    parameter or buffer of the model changed (optimizer step, ``load_state_dict``, ``p.data = ...``:
+    checked through the tensors' version counters and data pointers at every call), so logprobs
+    always come from the current weights. Identical prompts in one call (the K rollouts of a query
+    at their first turn) are prefilled once. Only for models whose layers are all full attention
+    (sliding-window or linear-attention layers generate without reuse, as before).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int | None = None) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, *, max_batch_size: int | None = None, prefix_cache_bytes: int = 2**30
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -133,7 +263,119 @@ class HFBackend:
         if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1 or None, got {max_batch_size}")
         self.max_batch_size = max_batch_size
+        if prefix_cache_bytes < 0:
+            raise ValueError(f"prefix_cache_bytes must be >= 0, got {prefix_cache_bytes}")
+        self.prefix_cache_bytes = prefix_cache_bytes
+        self._entries: OrderedDict[tuple[int, ...], _PrefixEntry] = OrderedDict()
+        self._entries_bytes = 0
+        self._weights_key: tuple[tuple[int, int], ...] | None = None
+        self._lock = threading.RLock()
+        self._layers: int | None = None  # number of layers when the model supports reuse, else 0
+        self._layers_model: Any = None
+        self.cache_stats: dict[str, int] = {"prefilled_tokens": 0, "reused_tokens": 0, "invalidations": 0}
+        """Counters: prompt tokens run through the model, prompt tokens taken from the prefix cache,
+        and how often a weight change emptied the cache."""
 
+    # ------------------------------------------------------------------ prefix cache
+    def clear_cache(self) -> None:
+        """Drop every cached prefix (e.g. after changing the weights in a way the version check
+        cannot see)."""
+        with self._lock:
+            self._entries.clear()
+            self._entries_bytes = 0
+
+    def release(self, sequences: Sequence[Sequence[int]]) -> None:
+        """Drop the cached prefixes of finished sequences (every entry that is a prefix of one)."""
+        with self._lock:
+            if not self._entries:
+                return
+            for seq in sequences:
+                st = torch.as_tensor(list(seq), dtype=torch.long)
+                for key, entry in list(self._entries.items()):
+                    n = entry.tokens.numel()
+                    if n <= st.numel() and torch.equal(entry.tokens, st[:n]):
+                        self._drop(key)
+
+    @property
+    def cached_sequences(self) -> int:
+        return len(self._entries)
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._entries_bytes
+
+    def _drop(self, key: tuple[int, ...]) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._entries_bytes -= entry.nbytes
+
+    def _reuse_layers(self) -> int:
+        """Number of cache layers if prefix reuse is possible for this model, else 0."""
+        if self._layers is None or self._layers_model is not self.model:
+            self._layers_model = self.model
+            try:
+                from transformers.cache_utils import get_layer_types_and_kwargs
+
+                cfg = self.model.config.get_text_config(decoder=True)
+                types, _ = get_layer_types_and_kwargs(cfg)
+                ok = len(types) == int(cfg.num_hidden_layers) and all(t == "full_attention" for t in types)
+                self._layers = int(cfg.num_hidden_layers) if ok else 0
+            except Exception:  # an unusual config: generate without reuse
+                self._layers = 0
+        return self._layers if self.prefix_cache_bytes > 0 else 0
+
+    def _check_weights(self) -> None:
+        """Empty the cache if any parameter or buffer changed since the entries were computed."""
+        try:
+            key = tuple((t.data_ptr(), t._version) for t in (*self.model.parameters(), *self.model.buffers()))
+        except RuntimeError:  # e.g. an inference tensor has no version counter: never trust the cache
+            key = None
+        with self._lock:
+            if key is None or key != self._weights_key:
+                if self._entries:
+                    self.cache_stats["invalidations"] += 1
+                self.clear_cache()
+                self._weights_key = key
+
+    def _lookup(self, prompt: list[int]) -> tuple[tuple[int, ...] | None, _PrefixEntry | None, int]:
+        """The entry sharing the longest prefix with ``prompt`` (at most ``len(prompt) - 1`` tokens)."""
+        best: tuple[tuple[int, ...] | None, _PrefixEntry | None, int] = (None, None, 0)
+        if not self._entries or len(prompt) < 2:
+            return best
+        pt = torch.as_tensor(prompt, dtype=torch.long)
+        cap = len(prompt) - 1
+        with self._lock:
+            for key, entry in self._entries.items():
+                m = min(entry.tokens.numel(), cap)
+                if m <= best[2] or key[0] != prompt[0]:
+                    continue
+                differ = entry.tokens[:m] != pt[:m]
+                common = int(differ.to(torch.uint8).argmax()) if bool(differ.any()) else m
+                if common > best[2]:
+                    best = (key, entry, common)
+                    if common == cap:
+                        break
+            if best[0] is not None:
+                self._entries.move_to_end(best[0])
+        return best
+
+    def _store(
+        self, tokens: list[int], keys: list[torch.Tensor], values: list[torch.Tensor], supersedes: tuple[int, ...] | None
+    ) -> None:
+        entry = _PrefixEntry(torch.tensor(tokens, dtype=torch.long), keys, values)
+        key = tuple(tokens)
+        with self._lock:
+            if supersedes is not None:
+                self._drop(supersedes)
+            self._drop(key)
+            if entry.nbytes > self.prefix_cache_bytes:
+                return
+            self._entries[key] = entry
+            self._entries_bytes += entry.nbytes
+            while self._entries_bytes > self.prefix_cache_bytes:
+                self._drop(next(iter(self._entries)))
+
+    # ------------------------------------------------------------------ generation
     def generate(
         self,
         prompts: list[list[int]],
@@ -155,11 +397,15 @@ class HFBackend:
         was_training = self.model.training
         self.model.eval()
         try:
+            if self._reuse_layers():
+                self._check_weights()
             out: list[Generation] = []
-            for start in range(0, len(prompts), size):
-                out += self._generate_batch(
-                    prompts[start : start + size], max_new_tokens, temperature, top_p, set(stop_token_ids), generator
-                )
+            with _grouped_attention(self.model):
+                for start in range(0, len(prompts), size):
+                    out += self._generate_batch(
+                        [list(p) for p in prompts[start : start + size]], max_new_tokens, temperature, top_p,
+                        set(stop_token_ids), generator,
+                    )
             return out
         finally:
             self.model.train(was_training)
@@ -183,21 +429,54 @@ class HFBackend:
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit is not None:
             max_new_tokens = max(1, min(max_new_tokens, int(limit) - longest))
-        input_ids = torch.full((batch, longest), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((batch, longest), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            input_ids[i, longest - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[i, longest - len(p) :] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
-        # positions count real tokens only, so a left-padded prompt sees the positions it would alone
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        layers = self._reuse_layers()
+        # Identical prompts (the K rollouts of a query at their first turn) are prefilled once.
+        if layers:
+            rows: dict[tuple[int, ...], int] = {}
+            inverse = [rows.setdefault(tuple(p), len(rows)) for p in prompts]
+            unique = [list(k) for k in rows]
+        else:
+            inverse, unique = list(range(batch)), prompts
+        hits = [self._lookup(p) for p in unique] if layers else [(None, None, 0)] * batch
+        reused = [h[2] for h in hits]
+        # Layout of the KV columns: [reused prefix, left-padded | new prompt tokens, left-padded | completion]
+        cached = max(reused)
+        fresh = max(len(p) - u for p, u in zip(unique, reused))
+        width = cached + fresh
+        n_rows = len(unique)
+        input_ids = torch.full((n_rows, fresh), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((n_rows, width + max_new_tokens), dtype=torch.long)
+        positions = torch.zeros((n_rows, fresh), dtype=torch.long)
+        for r, (p, u) in enumerate(zip(unique, reused)):
+            n = len(p) - u
+            input_ids[r, fresh - n :] = torch.tensor(p[u:], dtype=torch.long)
+            positions[r, fresh - n :] = torch.arange(u, u + n)  # real positions, continuing the prefix
+            mask[r, cached - u : cached] = 1
+            mask[r, width - n : width] = 1
+        input_ids, mask, positions = input_ids.to(device), mask.to(device), positions.to(device)
+        self.cache_stats["prefilled_tokens"] += sum(len(p) - u for p, u in zip(unique, reused))
+        self.cache_stats["reused_tokens"] += sum(reused[r] for r in inverse)
+        cache: Any = None
+        if layers:
+            cache = _ReuseCache([
+                _BufferLayer(width + max_new_tokens, cached,
+                             [(r, e.keys[i][:, :u], e.values[i][:, :u]) for r, (_, e, u) in enumerate(hits) if u > 0])
+                for i in range(layers)
+            ])
         stop_tensor = torch.tensor(sorted(stops), dtype=torch.long, device=device) if stops else None
 
         out = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+            input_ids=input_ids, attention_mask=mask[:, :width], position_ids=positions,
+            past_key_values=cache, use_cache=True, logits_to_keep=1,
         )
         cache, logits = out.past_key_values, out.logits[:, -1, :]
         next_pos = positions[:, -1] + 1
+        if n_rows < batch:
+            index = torch.tensor(inverse, dtype=torch.long, device=device)
+            logits, mask = logits.index_select(0, index), mask.index_select(0, index)
+            next_pos = next_pos.index_select(0, index)
+            for layer in cache.layers:
+                layer.expand_rows(index)
         tokens = torch.empty((batch, max_new_tokens), dtype=torch.long, device=device)
         logps = torch.empty((batch, max_new_tokens), dtype=torch.float32, device=device)
         done = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -220,10 +499,10 @@ class HFBackend:
                 done = done | hit
             if bool(done.all()) or step + 1 == max_new_tokens:
                 break
-            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
+            mask[:, width + step] = 1
             out = self.model(
                 input_ids=token.unsqueeze(-1),
-                attention_mask=mask,
+                attention_mask=mask[:, : width + step + 1],
                 position_ids=next_pos.unsqueeze(-1),
                 past_key_values=cache,
                 use_cache=True,
@@ -232,6 +511,21 @@ class HFBackend:
             next_pos = next_pos + 1
 
         tokens_l, logps_l, length_l, done_l = tokens[:, :steps].tolist(), logps[:, :steps].tolist(), length.tolist(), done.tolist()
+        if layers:
+            # keep each row's KV without the padding: its prefix, its new prompt tokens and the
+            # completion tokens that went through the model (all but the last sampled one)
+            fed = steps - 1
+            for i, p in enumerate(prompts):
+                r = inverse[i]
+                u, n, f = reused[r], len(p) - reused[r], min(length_l[i], fed)
+                index = torch.cat([torch.arange(cached - u, cached), torch.arange(width - n, width + f)]).to(device)
+                key, entry, _ = hits[r]
+                self._store(
+                    p + tokens_l[i][:f],
+                    [layer.key_buffer[i].index_select(1, index) for layer in cache.layers],
+                    [layer.value_buffer[i].index_select(1, index) for layer in cache.layers],
+                    supersedes=key if entry is not None and u == entry.tokens.numel() else None,
+                )
         return [
             Generation(
                 token_ids=tokens_l[i][: length_l[i]],

@@ -49,6 +49,36 @@ def _run(argv: list[str], log: Path) -> int:
         return subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT).returncode
 
 
+def check_budget(args: argparse.Namespace, preset_dir: Path, arms: list[str], *, ws_done: bool) -> int:
+    """Print the calibrated time estimate; 3 when it is over ``--budget-min`` (nothing has run yet)."""
+    from harness.budget import estimate_experiment, format_breakdown
+    from harness.config import ConfigError, load_config
+    from harness.train_config import load_train_config
+    from harness.warmstart import WarmstartConfig
+
+    try:
+        ws_path = preset_dir / "warmstart.yaml"
+        ws_cfg = load_config(WarmstartConfig, str(ws_path) if ws_path.is_file() else None,
+                             QUICK_WARMSTART if args.quick else [])
+        arm_cfgs = {a: load_train_config(str(preset_dir / f"{a}.yaml"), QUICK_TRAIN if args.quick else [])
+                    for a in arms}
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print("budget check: calibrating on this machine ...", flush=True)
+    est = estimate_experiment(ws_cfg, arm_cfgs, args.seeds, warmstart_done=ws_done)
+    total_min = est["total_s"] / 60
+    print(f"estimated time (calibration took {est['calibration_s']:.0f} s):\n{format_breakdown(est['stages'])}",
+          flush=True)
+    if total_min > args.budget_min:
+        print(f"error: preset {preset_dir.name!r} with --seeds {args.seeds} is estimated at {total_min:.1f} min on "
+              f"this machine, over the budget of {args.budget_min:g} min; nothing was started. Cut the largest "
+              "stage above (fewer seeds, planner.max_steps, warm-start n_demos/epochs) or raise --budget-min.",
+              file=sys.stderr)
+        return 3
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness experiment", description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="tiny", help="a folder of baselines/configs/ (tiny, smollm2)")
@@ -57,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="experiment directory (default runs/experiment-<preset>[-quick])")
     ap.add_argument("--report", default=None, help="report directory (default reports/<preset>-cpu[-quick])")
     ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated trainer configs of the preset to run")
+    ap.add_argument("--budget-min", type=float, default=None,
+                    help="refuse to start when the calibrated estimate of the whole experiment exceeds this many "
+                         "minutes (make demo: 30); the estimate and its breakdown are printed either way")
     args = ap.parse_args(argv)
 
     preset_dir = CONFIGS / args.preset
@@ -78,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
 
     ws_dir = out / "warmstart"
     ws_config = preset_dir / "warmstart.yaml"
+    if args.budget_min is not None:
+        rc = check_budget(args, preset_dir, arms, ws_done=(ws_dir / "warmstart.json").is_file())
+        if rc:
+            return rc
     if not (ws_dir / "warmstart.json").is_file():
         print("[1/3] warm start ...", flush=True)
         cmd = [sys.executable, "-m", "harness", "warmstart", "--out", str(ws_dir)]

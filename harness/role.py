@@ -57,7 +57,7 @@ from typing import Any
 
 from harness.config import ConfigError, from_dict, load_yaml
 from harness.records import StepRecord, TaskRecord, append_step, append_task
-from harness.train_config import TrainConfig
+from harness.train_config import TrainConfig, resolve_advantage_fn
 
 log = logging.getLogger("harness.role")
 
@@ -96,14 +96,18 @@ def task_key(task: dict[str, Any]) -> str:
 def load_tasks(cfg: TrainConfig) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     """(training tasks by id, evaluation tasks) as the config selects them (deterministic per seed)."""
     from harness.world.generator import generate_world
-    from harness.world.tasks import TaskConfig, generate_tasks
+    from harness.world.tasks import TaskConfig, generate_tasks, select_tasks
 
     world = generate_world(seed=cfg.world.seed, size=cfg.world.size)
-    taskset = generate_tasks(world, TaskConfig(n_train=cfg.tasks.n_train, n_test=cfg.tasks.n_test))
+    taskset = generate_tasks(world, TaskConfig(n_train=cfg.tasks.n_train, n_test=cfg.tasks.n_test,
+                                               test_fraction=cfg.tasks.test_fraction))
     other = "test" if cfg.tasks.split == "train" else "train"
-    train = [t for b in cfg.tasks.benchmarks for t in taskset.tasks.get((b, cfg.tasks.split), [])]
-    if cfg.tasks.max_hops is not None:
-        train = [t for t in train if len(t["gold"].get("subtasks", [])) <= cfg.tasks.max_hops]
+
+    def selected(split: str) -> list[dict[str, Any]]:
+        tasks = [t for b in cfg.tasks.benchmarks for t in taskset.tasks.get((b, split), [])]
+        return select_tasks(tasks, max_hops=cfg.tasks.max_hops, templates=cfg.tasks.templates)
+
+    train = selected(cfg.tasks.split)
     if cfg.tasks.hard_filter_run:
         train = _hard_filter(train, Path(cfg.tasks.hard_filter_run), cfg.tasks.hard_filter_max_success)
     if cfg.tasks.limit is not None:
@@ -112,7 +116,9 @@ def load_tasks(cfg: TrainConfig) -> tuple[dict[str, dict[str, Any]], list[dict[s
         raise ConfigError(
             f"only {len(train)} training tasks are left after filtering, fewer than planner.groups_per_step="
             f"{cfg.planner_groups}; raise tasks.n_train or relax tasks.max_hops / tasks.hard_filter_*")
-    evals = [t for b in cfg.tasks.benchmarks for t in taskset.tasks.get((b, other), [])[: cfg.eval.n_tasks]]
+    # the evaluation tasks follow the same selection (the held-out tasks of the trained distribution)
+    evals = [t for b in cfg.tasks.benchmarks for t in select_tasks(
+        taskset.tasks.get((b, other), []), max_hops=cfg.tasks.max_hops, templates=cfg.tasks.templates)[: cfg.eval.n_tasks]]
     return {task_key(t): t for t in train}, evals
 
 
@@ -450,7 +456,8 @@ def run_planner(cfg: TrainConfig, run_dir: Path, store: Any, world_url: str, sub
             print(f"[planner] eval at step {step}: {n} task records", flush=True)
 
     trainer = MGRPOTrainer(model, args=args, rollout_func=rollout, train_dataset=dataset, processing_class=tok,
-                           callbacks=[make_step_recorder("planner", cfg, run_dir, stats, on_step)])
+                           callbacks=[make_step_recorder("planner", cfg, run_dir, stats, on_step)],
+                           advantage_fn=resolve_advantage_fn(cfg.planner.advantage_fn))
     rollout.ensure_runtime(trainer)
     ckpt = last_checkpoint(out_dir) if resume else None
     if ckpt is not None:
@@ -803,7 +810,8 @@ def _sub_trainer(cfg: TrainConfig, run_dir: Path, store: Any, server: Any, model
     # The dataset only paces TRL's sampler: each "prompt" is a slot the rollout fills with one query group.
     slots = Dataset.from_dict({"prompt": [f"group-slot-{i}" for i in range(cfg.sub_groups)]})
     trainer = MGRPOTrainer(model, args=args, rollout_func=rollout, train_dataset=slots, processing_class=tok,
-                           callbacks=[make_step_recorder("sub", cfg, run_dir, stats, on_step), AckOnSave()])
+                           callbacks=[make_step_recorder("sub", cfg, run_dir, stats, on_step), AckOnSave()],
+                           advantage_fn=resolve_advantage_fn(cfg.sub.advantage_fn))
     trainer._mgrpo_rollout = rollout
     trainer._mgrpo_lock = step_lock
     trainer._mgrpo_checkpoint_saved = checkpoint_saved

@@ -4,6 +4,9 @@ A *group* is B queries x K rollouts. Every episode is a small state machine (gen
 parse it, run its tool, append the observation); the engine advances all active episodes of a
 group together, so that **at every turn all pending generations of one model go to the backend
 as one batch** (planner turns together, sub-agent turns together), never one episode at a time.
+An episode that ends is released from the backend (``backend.release(sequences)`` when it has
+one): the ``hf`` backend keeps each episode's KV from turn to turn, so a turn prefills only its new
+tokens (see :class:`harness.backends.HFBackend`).
 
 The planner reaches the sub-agent through :class:`SubAgentClient`, with two implementations:
 :class:`InProcessSubAgent` (an engine in this process) and
@@ -237,16 +240,18 @@ def generate_turns(active: Sequence[_Active], cfg: RolloutConfig, seed: int, sta
     All episodes must share one runtime (one model). Parses each turn and sets ``pending``
     (a tool call to run), ``done`` (answer, limit) or appends a format-error observation.
     """
-    todo = []
+    todo, ended = [], []
     for ep in active:
         if ep.done or ep.pending is not None:
             continue
         used = len(ep.traj.prompt_ids) + len(ep.traj.completion_ids)
         if used + cfg.max_new_tokens > cfg.context_tokens:
             ep.finish("context", truncated=True)
+            ended.append(ep)
             continue
         todo.append(ep)
     if not todo:
+        _release(ended)
         return
     runtime = todo[0].runtime
     t0 = time.perf_counter()
@@ -290,6 +295,14 @@ def generate_turns(active: Sequence[_Active], cfg: RolloutConfig, seed: int, sta
             ep.finish("max_turns", truncated=True)
             continue
         ep.pending = parsed
+    _release(ended + [ep for ep in todo if ep.done])
+
+
+def _release(ended: Sequence[_Active]) -> None:
+    """Tell the backend that these episodes will not generate again (it frees their cached KV)."""
+    release = getattr(ended[0].runtime.backend, "release", None) if ended else None
+    if release is not None:
+        release([ep.traj.prompt_ids + ep.traj.completion_ids for ep in ended])
 
 
 def run_tools(active: Sequence[_Active], toolbox: Toolbox, pool: ThreadPoolExecutor, stats: dict[str, float]) -> None:

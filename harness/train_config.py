@@ -24,6 +24,9 @@ validated here and applied by the planner role from that run's eval records.
 
 from __future__ import annotations
 
+import importlib
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,6 +35,8 @@ from harness.rollout import RolloutConfig
 from harness.tools.toolbox import ToolsConfig
 
 BENCHMARK_STYLES = ("gaia", "webwalkerqa", "xbench")
+#: The per-group advantage rule of DESIGN §3 (``RoleTrainConfig.advantage_fn``).
+DEFAULT_ADVANTAGE_FN = "mgrpo.advantage:group_advantages"
 
 
 @dataclass
@@ -65,6 +70,9 @@ class TasksConfig:
     limit: int | None = help_field(None, "keep at most this many training tasks after filtering (null = all)")
     max_hops: int | None = help_field(None, "keep tasks whose gold path has at most this many subtasks "
                                       "(paper stage 1: simple tasks for format); null = all")
+    templates: list[str] | None = help_field(None, "keep tasks whose gold template matches one of these glob patterns, "
+                                             "e.g. gaia.person.* (training and evaluation tasks); null = all")
+    test_fraction: float = help_field(0.25, "share of the world's entities that are test answer entities")
     hard_filter_run: str | None = help_field(None, "paper stage 2: a run dir whose eval records decide which tasks "
                                              "are hard; null = no filter")
     hard_filter_max_success: float = help_field(0.25, "stage 2: keep tasks solved in at most this share of their "
@@ -76,6 +84,8 @@ class TasksConfig:
             raise ConfigError(f"tasks.benchmarks={self.benchmarks}: choose one or more of {list(BENCHMARK_STYLES)}")
         if self.n_train < 1 or self.n_test < 0:
             raise ConfigError("tasks.n_train must be >= 1 and tasks.n_test >= 0")
+        if not 0.0 < self.test_fraction < 1.0:
+            raise ConfigError(f"tasks.test_fraction={self.test_fraction} must be in (0, 1)")
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"tasks.limit={self.limit} must be >= 1 or null")
         if self.max_hops is not None and self.max_hops < 1:
@@ -139,6 +149,9 @@ class RoleTrainConfig:
     gradient_checkpointing: bool | None = help_field(None, "recompute activations (null: on with CUDA)")
     vllm_url: str | None = help_field(None, "generate with a `trl vllm-serve` server at this URL (TRL syncs "
                                       "the weights into it); null = in-process hf backend")
+    advantage_fn: str = help_field(
+        DEFAULT_ADVANTAGE_FN, "import path module:function of the per-group advantage rule (rewards of one group "
+        "-> advantages); the default is M-GRPO's DESIGN §3; others are for ablations and tests")
     trl: dict[str, Any] = help_field({}, "extra MGRPOConfig/GRPOConfig keyword arguments (checked by TRL)")
 
     def validate(self) -> None:
@@ -159,10 +172,39 @@ class RoleTrainConfig:
             raise ConfigError(f"ratio_level={self.ratio_level!r}: choose one of {RATIO_LEVELS}")
         if self.loss_type not in LOSS_TYPES:
             raise ConfigError(f"loss_type={self.loss_type!r}: choose 'mgrpo' or one of TRL's {LOSS_TYPES[1:]}")
+        resolve_advantage_fn(self.advantage_fn)
 
     @property
     def micro_batches(self) -> int:
         return self.num_processes * self.gradient_accumulation_steps
+
+
+_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def resolve_advantage_fn(path: str) -> Callable[..., Any]:
+    """The callable named by ``advantage_fn`` (``module:function``); :class:`ConfigError` otherwise.
+
+    Imports the module (the default, :mod:`mgrpo.advantage`, is pure Python: loading a config
+    stays free of torch); the roles call this again to get the function they train with."""
+    if not isinstance(path, str) or not _IMPORT_PATH.match(path):
+        raise ConfigError(f"advantage_fn={path!r}: expected an import path 'module:function', e.g. "
+                          f"{DEFAULT_ADVANTAGE_FN!r}")
+    module, _, attr = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - any failure to import is a config error naming the key
+        raise ConfigError(f"advantage_fn={path!r}: cannot import module {module!r} ({type(exc).__name__}: {exc}); "
+                          "the roles run from "
+                          "the repository root, so a module there (e.g. tests.support...) is importable") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"advantage_fn={path!r}: module {module!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ConfigError(f"advantage_fn={path!r}: {attr!r} is not callable (it must map the rewards of one group "
+                          "to their advantages)")
+    return obj
 
 
 # Kept in sync with mgrpo.trainer.LOSS_TYPES (checked in tests) so that loading a config does not

@@ -25,6 +25,7 @@ kept (noise is part of the data the design asks for) but counted in the summary.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -34,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 from harness.config import ConfigError, help_field, load_config, to_dict
 
@@ -52,7 +55,21 @@ class WarmstartConfig:
     world_size: str = help_field("small", "world preset: tiny, small or default")
     n_train_tasks: int = help_field(120, "train tasks per benchmark style (demonstrations)")
     n_test_tasks: int = help_field(20, "held-out test tasks per benchmark style (the check)")
+    test_fraction: float = help_field(0.25, "share of the world's entities that are test answer entities")
+    benchmarks: list[str] = help_field(["gaia", "webwalkerqa", "xbench"], "task styles demonstrated and checked")
+    max_hops: int | None = help_field(None, "keep tasks with at most this many gold subtasks (null = all)")
+    templates: list[str] | None = help_field(None, "keep tasks whose gold template matches one of these glob "
+                                             "patterns, e.g. gaia.person.* (null = all)")
+    demo_worlds: int = help_field(0, "extra worlds (fresh entities, seeds derived from world_seed) whose tasks "
+                                  "add demonstrations, so the model learns to copy names instead of memorising them")
+    demo_world_size: str = help_field("tiny", "world preset of the extra demonstration worlds")
+    n_demos: int | None = help_field(None, "cap on demonstration tasks over all worlds (null = all), drawn "
+                                     "evenly by template")
+    search_top_k: int = help_field(5, "hits per search call in the demonstrations and the check (use the same value "
+                                   "as the training preset's tools.search_top_k)")
     noise: float = help_field(0.05, "scripted-expert noise rate in the demonstrations")
+    expert: dict[str, Any] = help_field({}, "more ExpertConfig fields for the demonstrations: rates, template_rates, "
+                                        "phrase_rates (systematic blind spots that RL can fix)")
     agents: list[str] = help_field(list(AGENTS), "which agents to fine-tune")
     epochs: float = help_field(3.0, "passes over the demonstrations")
     max_steps: int = help_field(-1, "optimizer steps (overrides epochs when > 0)")
@@ -71,6 +88,24 @@ class WarmstartConfig:
             raise ConfigError(f"noise={self.noise} must be in [0, 1]")
         if self.batch_size < 1 or self.n_train_tasks < 1:
             raise ConfigError("batch_size and n_train_tasks must be >= 1")
+        bad = sorted(set(self.benchmarks) - {"gaia", "webwalkerqa", "xbench"})
+        if bad or not self.benchmarks:
+            raise ConfigError(f"benchmarks={self.benchmarks}: choose one or more of gaia, webwalkerqa, xbench")
+        if self.search_top_k < 1:
+            raise ConfigError(f"search_top_k={self.search_top_k} must be >= 1")
+        if self.demo_worlds < 0 or (self.n_demos is not None and self.n_demos < 1):
+            raise ConfigError("demo_worlds must be >= 0 and n_demos >= 1 or null")
+        if not 0.0 < self.test_fraction < 1.0:
+            raise ConfigError(f"test_fraction={self.test_fraction} must be in (0, 1)")
+        try:
+            self.expert_config()
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"expert: {exc}") from None
+
+    def expert_config(self) -> Any:
+        from harness.world.expert import ExpertConfig
+
+        return ExpertConfig(noise=self.noise, **self.expert)
 
 
 # --------------------------------------------------------------------------- data
@@ -97,15 +132,18 @@ def _delegated(turn: str) -> tuple[str, str] | None:
     return None
 
 
-def expert_demonstrations(tasks: list[dict[str, Any]], toolbox: Any, noise: float, seed: int) -> Demonstrations:
-    """Run the scripted expert on ``tasks`` and rewrite its transcripts into the agents' prompts."""
+def expert_demonstrations(tasks: list[dict[str, Any]], toolbox: Any, noise: float, seed: int, *,
+                          config: Any = None, demos: Demonstrations | None = None) -> Demonstrations:
+    """Run the scripted expert on ``tasks`` and rewrite its transcripts into the agents' prompts.
+
+    ``config`` (an :class:`ExpertConfig`) replaces ``noise`` when given; ``demos`` is extended in place."""
     from harness.agents.prompts import initial_messages
     from harness.world.expert import run_expert_episode
     from harness.world.tasks import task_prompt
 
-    demos = Demonstrations()
+    demos = demos if demos is not None else Demonstrations()
     for task in tasks:
-        tr = run_expert_episode(task, toolbox, noise=noise, seed=seed)
+        tr = run_expert_episode(task, toolbox, noise=noise, seed=seed, config=config)
         demos.n_tasks += 1
         demos.n_correct += int(tr.correct)
         question = task_prompt(task)
@@ -161,6 +199,67 @@ def tokenizer_corpus(world: Any, tasks: list[dict[str, Any]]) -> list[str]:
     texts += [p.system for p in AGENT_PROMPTS.values()]
     texts += [json.dumps(t) for p in AGENT_PROMPTS.values() for t in p.tools]
     return texts
+
+
+def _selected(taskset: Any, split: str, cfg: WarmstartConfig) -> list[dict[str, Any]]:
+    from harness.world.tasks import select_tasks
+
+    tasks = [t for b in cfg.benchmarks for t in taskset.tasks.get((b, split), [])]
+    return select_tasks(tasks, max_hops=cfg.max_hops, templates=cfg.templates)
+
+
+def demo_world_seed(world_seed: int, i: int) -> int:
+    """Seed of the ``i``-th extra demonstration world: derived by hashing, so it never equals a small
+    world seed a training preset uses (and differs for every ``world_seed``)."""
+    digest = hashlib.blake2b(f"mgrpo-demo-world:{world_seed}:{i}".encode(), digest_size=4).digest()
+    return 1_000_000 + int.from_bytes(digest, "big") % 1_000_000_000
+
+
+def demo_world_tasks(cfg: WarmstartConfig, held_out: list[dict[str, Any]], world: Any) -> Any:
+    """(toolbox, tasks) of each extra demonstration world: both splits, filtered like the main world.
+
+    Names are generated independently per world, so the name of a held-out answer entity of
+    ``world`` could reappear by chance; demonstration tasks that mention one are dropped, so that the
+    check's answer entities never appear in training tasks."""
+    from harness.world.generator import generate_world
+    from harness.world.tasks import TaskConfig, generate_tasks
+    from harness.world.toolbox import WorldToolbox
+
+    banned = {world.entities[e].name for t in held_out for e in t["gold"].get("answer_entities", [])
+              if e in world.entities}
+
+    def clean(task: dict[str, Any]) -> bool:
+        text = json.dumps({k: v for k, v in task.items() if k != "gold"}) + str(task["gold"].get("answer"))
+        return not any(name in text for name in banned)
+    for i in range(cfg.demo_worlds):
+        demo = generate_world(seed=demo_world_seed(cfg.world_seed, i), size=cfg.demo_world_size)
+        ts = generate_tasks(demo, TaskConfig(n_train=cfg.n_train_tasks, n_test=cfg.n_test_tasks,
+                                              test_fraction=cfg.test_fraction))
+        tasks = _selected(ts, "train", cfg) + _selected(ts, "test", cfg)
+        yield WorldToolbox(demo, k=cfg.search_top_k), [t for t in tasks if clean(t)]
+
+
+def _cap_demos(sources: list[tuple[Any, list[dict[str, Any]]]], n: int | None, seed: int) -> list[tuple[Any, list]]:
+    """At most ``n`` tasks over all sources, drawn round-robin by template (then by world)."""
+    if n is None or sum(len(t) for _, t in sources) <= n:
+        return sources
+    rng = random.Random(f"demos:{seed}")
+    by_template: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for i, (_, tasks) in enumerate(sources):
+        for t in tasks:
+            by_template.setdefault(str(t["gold"].get("template")), []).append((i, t))
+    for items in by_template.values():
+        rng.shuffle(items)
+    keep: list[list[dict[str, Any]]] = [[] for _ in sources]
+    taken = 0
+    lists = [by_template[k] for k in sorted(by_template)]
+    while taken < n and any(lists):
+        for items in lists:
+            if items and taken < n:
+                i, t = items.pop()
+                keep[i].append(t)
+                taken += 1
+    return [(tb, kept) for (tb, _), kept in zip(sources, keep) if kept]
 
 
 # --------------------------------------------------------------------------- training
@@ -252,28 +351,53 @@ def _gold_answer(task: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------- main
-def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
-    import torch
+@dataclass
+class Prepared:
+    """Everything before the fine-tuning: the world, its task splits, the demonstrations, the tokenizer."""
 
-    from harness.agents.prompts import EpisodeTokens, agent_prompt
+    world: Any
+    train: list[dict[str, Any]]
+    test: list[dict[str, Any]]
+    toolbox: Any
+    demos: Demonstrations
+    tokenizer: Any
+    corpus: list[str] | None
+    spec: Any
+    n_worlds: int
+    stages: dict[str, float]
+
+    def examples(self, agent: str) -> list[dict[str, list[int]]]:
+        """The agent's demonstrations tokenised as a rollout would build them (all lengths)."""
+        from harness.agents.prompts import EpisodeTokens, agent_prompt
+
+        codec = EpisodeTokens(self.tokenizer, agent_prompt(agent).tools)
+        return [tokenize_transcript(codec, m) for m in self.demos.of(agent)]
+
+
+def prepare(cfg: WarmstartConfig) -> Prepared:
+    """Generate the world and tasks, run the scripted expert and build the tokenizer (seconds)."""
     from harness.models import ModelSpec, load_model
     from harness.world.generator import generate_world
     from harness.world.tasks import TaskConfig, generate_tasks
     from harness.world.toolbox import WorldToolbox
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    t_start = time.perf_counter()
     stages: dict[str, float] = {}
+    t0 = time.perf_counter()
     world = generate_world(seed=cfg.world_seed, size=cfg.world_size)
-    taskset = generate_tasks(world, TaskConfig(n_train=cfg.n_train_tasks, n_test=cfg.n_test_tasks))
-    train = [t for (b, s), ts in sorted(taskset.tasks.items()) if s == "train" for t in ts]
-    test = [t for (b, s), ts in sorted(taskset.tasks.items()) if s == "test" for t in ts]
-    toolbox = WorldToolbox(world)
-    stages["world_s"] = time.perf_counter() - t_start
+    taskset = generate_tasks(world, TaskConfig(n_train=cfg.n_train_tasks, n_test=cfg.n_test_tasks,
+                                               test_fraction=cfg.test_fraction))
+    train = _selected(taskset, "train", cfg)
+    test = _selected(taskset, "test", cfg)
+    toolbox = WorldToolbox(world, k=cfg.search_top_k)
+    sources = [(toolbox, train)] + list(demo_world_tasks(cfg, held_out=test, world=world))
+    stages["world_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    demos = expert_demonstrations(train, toolbox, cfg.noise, cfg.seed)
+    expert = cfg.expert_config()
+    picked = _cap_demos(sources, cfg.n_demos, cfg.seed)
+    demos = Demonstrations()
+    for tb, tasks in tqdm(picked, desc="expert demonstrations", unit="world", disable=len(picked) < 3):
+        expert_demonstrations(tasks, tb, cfg.noise, cfg.seed, config=expert, demos=demos)
     stages["expert_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -281,15 +405,30 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
     spec = ModelSpec(name=cfg.model, seed=cfg.seed)
     _, tokenizer = load_model(spec, corpus=corpus)
     stages["model_s"] = time.perf_counter() - t0
+    return Prepared(world, train, test, toolbox, demos, tokenizer, corpus, spec, len(picked), stages)
+
+
+def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
+    import torch
+
+    from harness.models import load_model
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    t_start = time.perf_counter()
+    prep = prepare(cfg)
+    stages = dict(prep.stages)
+    test, toolbox, demos, tokenizer, corpus, spec = (prep.test, prep.toolbox, prep.demos, prep.tokenizer,
+                                                      prep.corpus, prep.spec)
 
     summary: dict[str, Any] = {
-        "config": to_dict(cfg), "n_train_tasks": len(train), "n_test_tasks": len(test),
+        "config": to_dict(cfg), "n_train_tasks": len(prep.train), "n_test_tasks": len(test),
+        "n_demo_tasks": demos.n_tasks, "n_demo_worlds": prep.n_worlds,
         "expert_demo_accuracy": demos.n_correct / max(1, demos.n_tasks), "agents": {},
     }
     models: dict[str, Any] = {}
     for agent in cfg.agents:
-        codec = EpisodeTokens(tokenizer, agent_prompt(agent).tools)
-        examples = [tokenize_transcript(codec, m) for m in demos.of(agent)]
+        examples = prep.examples(agent)
         kept = [e for e in examples if len(e["input_ids"]) <= cfg.max_length]
         random.Random(cfg.seed).shuffle(kept)
         model, _ = load_model(spec, corpus=corpus)  # a fresh copy of the same initialisation per agent

@@ -18,22 +18,31 @@ the context returns to the pool only when it is done.
 
 Isolation and the allowlist, in three layers:
 
-1. ``context.route`` aborts every request (navigations, frames, subresources, XHR) to a URL the
-   :class:`~harness.tools.allowlist.Allowlist` refuses, remembering the reason so the
-   observation names the refused URL. In allowlist mode the route pattern is a regular
-   expression matching only URLs *outside* the allowed origins, evaluated inside the Playwright
-   driver, so allowed requests never make a round trip to Python; with ``allow_all_hosts`` every
-   request is routed and checked (scheme, private addresses).
-2. Playwright does **not** call route handlers for HTTP redirect hops (observed with Playwright
-   1.65 / Chromium 156), so in allowlist mode Chromium is launched with a proxy that refuses
-   every connection (a bound, never-listening loopback port) and a proxy bypass list holding only
-   the allowed ``host:port`` keys (``<-loopback>`` removes Chromium's implicit loopback bypass):
-   a redirect, worker or WebSocket to any other host or port fails inside Chromium before a
-   byte leaves. The redirect chain is checked again after the navigation, which is the only
-   redirect check in ``allow_all_hosts`` mode (documented limitation: there, a redirect to a
-   refused private address is requested but its content never reaches the agent).
+1. Allowlist mode (the offline world): Chromium is launched with a proxy that refuses every
+   connection (a bound, never-listening loopback port) and a proxy bypass list holding only the
+   allowed ``host:port`` keys (``<-loopback>`` removes Chromium's implicit loopback bypass), and
+   WebRTC may use only proxied traffic. Every request to any other host or port (navigations,
+   redirect hops, frames, subresources, XHR, workers, WebSockets) fails inside Chromium before a
+   byte leaves; ``file:``/``chrome:`` URLs cannot be loaded by a web page at all. No
+   ``context.route`` is installed in this mode: it would pause *every* request for a round trip
+   to the Playwright driver (a few ms per visit) and adds nothing the proxy does not
+   already refuse. With ``allow_all_hosts`` (real web, no proxy) ``context.route`` aborts every
+   request whose URL the :class:`~harness.tools.allowlist.Allowlist` refuses (scheme, private
+   addresses); Playwright does not route HTTP redirect hops, so there the redirect chain checked
+   after the navigation is the redirect check (documented limitation: a redirect to a refused
+   private address is requested but its content never reaches the agent).
+2. A ``requestfailed`` listener (failed requests only: successful ones cost no event) notes each
+   refused main-frame navigation, so an off-host redirect, meta refresh or script navigation
+   comes back as an observation naming the refused URL. The final URL and the redirect chain are
+   checked again after the navigation.
 3. Contexts are created with ``accept_downloads=False`` and ``service_workers="block"``; cookies
    are cleared when a context goes back to the pool.
+
+Latency (docs/tools.md "Performance"): besides the above, Chromium runs without the per-window
+omnibox WebUI renderers and without RenderDocument, Playwright's own ``--disable-features`` list
+is kept (Chromium honours only the last such switch, so the pool merges them into one), and each
+page's browser window is minimised so the toolbar and tab strip are not repainted on every
+navigation.
 
 Deliberate choices: the pool is lazy (Chromium starts on the first ``fetch`` or on ``start()``),
 a crashed browser is relaunched on the next visit, and ``close()`` is idempotent (also called by
@@ -45,13 +54,11 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import re
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin
 
 from harness.tools.allowlist import Allowlist
 from harness.tools.visit import (
@@ -66,6 +73,26 @@ from harness.tools.visit import (
 )
 
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
+# Features Playwright itself disables (its ``chromiumSwitches``). Chromium honours only the *last*
+# ``--disable-features`` switch, so any list we pass replaces Playwright's: ``_launch_args``
+# merges this one, the pool's and the user's into a single switch (a test checks that this copy
+# still covers the installed Playwright's list).
+PLAYWRIGHT_DISABLED_FEATURES = (
+    "AvoidUnnecessaryBeforeUnloadCheckSync", "DestroyProfileOnBrowserClose", "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable", "LensOverlay", "MediaRouter", "PaintHolding",
+    "ThirdPartyStoragePartitioning", "AvoidCorsURLLoaderRestartOnRedirect", "TcpPortRandomizationWin",
+    "OptimizationHints", "NetworkTimeServiceQuerying", "AimEnabled", "PreconnectToSearch",
+    "msForceBrowserSignIn", "msEdgeUpdateLaunchServicesPreferredVersion",
+)
+# Disabled for speed (measured on the 2-core development box, docs/tools.md "Performance"):
+# the omnibox-popup WebUI renderers that new-headless Chromium keeps per window and updates on
+# every navigation (about a fifth of a visit's CPU), and RenderDocument (a new frame host, hence
+# a new Blink frame, for every same-site navigation of the reused page).
+POOL_DISABLED_FEATURES = (
+    "Translate", "OptimizationHints", "MediaRouter", "HttpsUpgrades",
+    "WebUIOmniboxPopup", "WebUIOmniboxAimPopup", "WebUIOmniboxFullPopup", "PreloadTopChromeWebUI",
+    "RenderDocument",
+)
 DEFAULT_ARGS = (
     "--no-sandbox",
     "--disable-gpu",
@@ -83,10 +110,21 @@ DEFAULT_ARGS = (
     "--disable-background-timer-throttling",
     "--disable-backgrounding-occluded-windows",
     "--disable-ipc-flooding-protection",
-    "--disable-features=Translate,OptimizationHints,MediaRouter,HttpsUpgrades",
+    "--disable-features=" + ",".join(POOL_DISABLED_FEATURES),
 )
 # The DOM serialisation, cut in the page (Playwright's page.content() is doctype + this).
-_SERIALISE_JS = "(limit) => { const h = document.documentElement ? document.documentElement.outerHTML : ''; return [h.length, h.slice(0, limit)]; }"
+# Also returns the document's URL: a page that navigated on its own between ``goto`` and this
+# read (meta refresh, script) is noticed even when the new document answered the read. A page
+# with an immediate ``<meta http-equiv="refresh" content="0; ...">`` starts navigating just after
+# its load event, racing this read: the read then waits ``settle`` ms for the navigation to
+# replace the document (it returns as soon as it does), so the outcome does not depend on timing.
+_SERIALISE_JS = """async ([limit, settle]) => {
+  const refresh = settle > 0 ? document.querySelector('meta[http-equiv="refresh" i]') : null;
+  if (refresh && parseFloat(refresh.content) === 0) await new Promise(r => setTimeout(r, settle));
+  const h = document.documentElement ? document.documentElement.outerHTML : '';
+  return [h.length, h.slice(0, limit), location.href];
+}"""
+_REFRESH_SETTLE_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -111,6 +149,13 @@ class BrowserConfig:
     """How long starting Chromium may take before the pool gives up."""
     extra_context_options: dict[str, Any] = field(default_factory=dict)
     """More ``browser.new_context`` keyword arguments (e.g. ``locale``, ``viewport``)."""
+    close_connections: bool | None = None
+    """Send ``Connection: close``, so every request gets a fresh TCP connection (as the direct
+    backend does). ``None``: on in allowlist mode, off with ``allow_all_hosts``. On loopback a
+    connection costs ~0.1 ms, while a reused one to a Python ``http.server`` (the world's server
+    writes headers and body separately, Nagle's algorithm on) holds the body back until
+    Chromium's delayed ACK, ~40 ms per visit; on the real web it would cost a TLS handshake per
+    request."""
 
 
 class BrowserPool:
@@ -135,7 +180,6 @@ class BrowserPool:
         self._pw: Any = None
         self._browser: Any = None
         self._idle: list[_Slot] = []
-        self._busy: set[_Slot] = set()
         self._n_contexts = 0
         self._cleanup: set[asyncio.Task[None]] = set()
         self._sem: asyncio.Semaphore | None = None
@@ -229,7 +273,16 @@ class BrowserPool:
     # --- loop side --------------------------------------------------------------------------
 
     def _launch_args(self) -> list[str]:
-        args = list(self.config.args)
+        # Every --disable-features switch (ours, the user's, Playwright's own) merged into one:
+        # Chromium keeps only the last one it is given.
+        features = dict.fromkeys(PLAYWRIGHT_DISABLED_FEATURES)
+        args = []
+        for arg in self.config.args:
+            if arg.startswith("--disable-features="):
+                features.update(dict.fromkeys(f for f in arg.split("=", 1)[1].split(",") if f))
+            else:
+                args.append(arg)
+        args.append("--disable-features=" + ",".join(features))
         if not self.allowlist.allow_all_hosts:
             if self._dead_proxy is None:
                 # Bound but never listening: connecting to it is refused, and no other process
@@ -238,7 +291,12 @@ class BrowserPool:
                 self._dead_proxy.bind(("127.0.0.1", 0))
             port = self._dead_proxy.getsockname()[1]
             bypass = ";".join(["<-loopback>", *self.allowlist.hosts])
-            args += [f"--proxy-server=http://127.0.0.1:{port}", f"--proxy-bypass-list={bypass}"]
+            args += [
+                f"--proxy-server=http://127.0.0.1:{port}",
+                f"--proxy-bypass-list={bypass}",
+                # WebRTC may send UDP around a proxy (STUN/TURN): only proxied traffic.
+                "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+            ]
         return args
 
     async def _astart(self) -> None:
@@ -281,33 +339,25 @@ class BrowserPool:
         if self._dead_proxy is not None:
             self._dead_proxy.close()
 
-    def _route_pattern(self) -> re.Pattern[str] | str:
-        """URLs the route handler must see: all of them with ``allow_all_hosts``, else only
-        those outside the allowed origins (matched inside the driver, so allowed requests
-        never make a round trip to Python)."""
-        if self.allowlist.allow_all_hosts:
-            return "**/*"
-        origins = []
-        for key in self.allowlist.hosts:
-            host, _, port = key.rpartition(":")
-            h = re.escape(host)
-            if port == "80":
-                origins.append(f"http://{h}(?::80)?(?:[/?#]|$)")
-            elif port == "443":
-                origins.append(f"https://{h}(?::443)?(?:[/?#]|$)")
-            else:
-                origins.append(f"https?://{h}:{port}(?:[/?#]|$)")
-        return re.compile(f"^(?!(?:{'|'.join(origins)}))", re.IGNORECASE)
-
     async def _new_slot(self) -> _Slot:
         options: dict[str, Any] = {"accept_downloads": False, "service_workers": "block"}
         if self.config.user_agent:
             options["user_agent"] = self.config.user_agent
         options.update(self.config.extra_context_options)
+        close = self.config.close_connections
+        if close if close is not None else not self.allowlist.allow_all_hosts:
+            headers = dict(options.get("extra_http_headers") or {})
+            if not any(k.lower() == "connection" for k in headers):
+                headers["Connection"] = "close"
+            options["extra_http_headers"] = headers
         ctx = await self._browser.new_context(**options)
         self._n_contexts += 1
         ctx.on("close", self._on_context_close)
-        await ctx.route(self._route_pattern(), self._route)
+        if self.allowlist.allow_all_hosts:
+            # No proxy lock-down in this mode: every request is checked (scheme, private
+            # addresses). In allowlist mode the proxy alone refuses other hosts, so allowed
+            # requests are never paused for interception (a round trip to the driver each).
+            await ctx.route("**/*", self._route)
         return _Slot(ctx)
 
     def _on_context_close(self, *_: Any) -> None:
@@ -316,31 +366,49 @@ class BrowserPool:
     async def _new_page(self, slot: _Slot) -> Any:
         page = await slot.ctx.new_page()
 
-        def on_response(response: Any) -> None:
-            # Playwright never routes HTTP redirect hops (layer 2 stops them inside Chromium);
-            # note the refused ones here so the observation names them.
-            if 300 <= response.status < 400 and response.request.is_navigation_request():
-                location = response.headers.get("location")
-                if location:
-                    reason = self.allowlist.check(urljoin(response.url, location))
-                    if reason is not None:
-                        slot.refused_redirects.append(reason)
+        def on_request_failed(request: Any) -> None:
+            # A main-frame navigation (redirect hop, meta refresh, script) that the proxy or the
+            # route stopped: remember the refused URL so the observation names it. Only failed
+            # requests reach Python; the successful ones cost no event.
+            try:
+                if not request.is_navigation_request() or request.frame.parent_frame is not None:
+                    return
+            except Exception:  # noqa: BLE001 - a request without a frame (worker) is no navigation
+                return
+            reason = self.allowlist.check(request.url)
+            if reason is not None:
+                slot.refused.append(reason)
 
-        page.on("response", on_response)
+        page.on("requestfailed", on_request_failed)
+        await self._minimise_window(slot.ctx, page)
         slot.page = page
         return page
 
-    async def _route(self, route: Any) -> None:
-        request = route.request
-        reason = self.allowlist.check(request.url)
-        if reason is None:
-            await route.continue_()
+    async def _minimise_window(self, ctx: Any, page: Any) -> None:
+        """Minimise the page's browser window (best effort). New-headless Chromium still lays out
+        and paints its toolbar and tab strip on every navigation; a minimised window skips that
+        (about a fifth of a visit's CPU here). The page itself stays visible to scripts
+        (``document.visibilityState``, timers, ``requestAnimationFrame`` and the viewport are
+        unchanged)."""
+        if not self.config.headless:
             return
-        if request.is_navigation_request():
-            for slot in self._busy:
-                if slot.page is not None and slot.page == _page_of(request):
-                    slot.refused_requests.append(reason)
-        await route.abort("blockedbyclient")
+        try:
+            session = await ctx.new_cdp_session(page)
+            try:
+                window = await session.send("Browser.getWindowForTarget")
+                await session.send("Browser.setWindowBounds",
+                                   {"windowId": window["windowId"], "bounds": {"windowState": "minimized"}})
+            finally:
+                await session.detach()
+        except Exception:  # noqa: BLE001 - only a speed-up
+            pass
+
+    async def _route(self, route: Any) -> None:
+        """``allow_all_hosts`` only: abort refused requests (the failure names them, above)."""
+        if self.allowlist.check(route.request.url) is None:
+            await route.continue_()
+        else:
+            await route.abort("blockedbyclient")
 
     async def _afetch(self, url: str, timeout: float) -> FetchResult:
         assert self._sem is not None
@@ -359,8 +427,7 @@ class BrowserPool:
                     if self._browser is None or not self._browser.is_connected():
                         await self._launch()  # Chromium crashed or was killed: start a fresh one
             slot = self._idle.pop() if self._idle else await self._new_slot()
-            slot.refused_redirects, slot.refused_requests = [], []
-            self._busy.add(slot)
+            slot.refused = []
             ok = False
             try:
                 result = await self._visit(slot, url, timeout)
@@ -369,7 +436,6 @@ class BrowserPool:
             finally:
                 # Clean-up (cookies, a failed page) runs after the caller has its answer; the
                 # slot and its semaphore permit return to the pool only when it is done.
-                self._busy.discard(slot)
                 task = asyncio.get_running_loop().create_task(self._release_and_free(slot, ok))
                 self._cleanup.add(task)
                 task.add_done_callback(self._cleanup.discard)
@@ -444,23 +510,30 @@ class BrowserPool:
         headers = response.headers  # provisional headers: enough for type and disposition, no round trip
         mtype = check_content(final_url, headers.get("content-type"), headers.get("content-disposition"))
         try:
-            total, html = await page.evaluate(_SERIALISE_JS, self.config.max_html_chars)
+            read = [self.config.max_html_chars, _REFRESH_SETTLE_MS]
+            total, html, doc_url = await page.evaluate(_SERIALISE_JS, read)
+            navigated = _without_fragment(doc_url) != _without_fragment(final_url)
         except PlaywrightError:
-            # The page navigated on its own after loading (meta refresh, script): report a
-            # refused target, else wait for the new document and read that.
-            if slot.refusal:
-                raise redirect_refused(slot.refusal, url) from None
+            navigated = True
+        # A refused navigation after the load (meta refresh, script): its failure event arrives
+        # before the read's answer, whichever document answered.
+        if slot.refusal:
+            raise redirect_refused(slot.refusal, url)
+        if navigated:
+            # The page navigated on its own after loading: wait for the new document, read that.
             remaining = max(0.05, deadline - time.monotonic())
             try:
                 await page.wait_for_load_state(self.config.wait_until if self.config.wait_until != "commit" else "load",
                                                timeout=remaining * 1000)
-                total, html = await page.evaluate(_SERIALISE_JS, self.config.max_html_chars)
+                total, html, _ = await page.evaluate(_SERIALISE_JS, [self.config.max_html_chars, 0])
             except PlaywrightTimeout:
                 raise timeout_error(url, timeout) from None
             except PlaywrightError as exc:
                 if slot.refusal:
                     raise redirect_refused(slot.refusal, url) from None
                 raise VisitError(f"could not load {url}: {str(exc).splitlines()[0]}") from None
+            if slot.refusal:
+                raise redirect_refused(slot.refusal, url)
             final_url = page.url
             reason = self.allowlist.check(final_url)
             if reason is not None:
@@ -471,28 +544,19 @@ class BrowserPool:
 class _Slot:
     """One reused browser context and its current page."""
 
-    __slots__ = ("ctx", "page", "refused_redirects", "refused_requests")
+    __slots__ = ("ctx", "page", "refused")
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
         self.page: Any = None
-        self.refused_redirects: list[str] = []
-        """Refused ``Location`` targets of redirect responses of the current visit."""
-        self.refused_requests: list[str] = []
-        """Navigations the route handler aborted during the current visit."""
+        self.refused: list[str] = []
+        """Why main-frame navigations of the current visit were stopped (refused URLs, in order)."""
 
     @property
     def refusal(self) -> str | None:
-        """Why the current visit was stopped: the redirect target the server named comes first
-        (Chromium may rewrite it, e.g. upgrade http to https, before the route sees it)."""
-        for reasons in (self.refused_redirects, self.refused_requests):
-            if reasons:
-                return reasons[0]
-        return None
+        """Why the current visit was stopped: the first refused navigation."""
+        return self.refused[0] if self.refused else None
 
 
-def _page_of(request: Any) -> Any:
-    try:
-        return request.frame.page
-    except Exception:  # noqa: BLE001 - worker requests have no frame
-        return None
+def _without_fragment(url: str) -> str:
+    return url.split("#", 1)[0]

@@ -31,6 +31,7 @@ sentences); ``lang`` is always ``en``; XBench ``id`` values are ints unique acro
 from __future__ import annotations
 
 import csv
+import fnmatch
 import hashlib
 import io
 import json
@@ -524,6 +525,22 @@ def benchmark_of(task: dict[str, Any]) -> str:
     if "prompt" in task:
         return "xbench"
     raise ValueError("unknown task schema")
+
+
+def select_tasks(tasks: Iterable[dict[str, Any]], *, max_hops: int | None = None,
+                 templates: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """The tasks with at most ``max_hops`` gold subtasks whose ``gold.template`` matches one of the
+    ``templates`` glob patterns (e.g. ``gaia.person.*``); ``None`` keeps everything. Order is kept."""
+    pats = list(templates) if templates is not None else None
+    out = []
+    for t in tasks:
+        gold = t.get("gold", {})
+        if max_hops is not None and len(gold.get("subtasks", [])) > max_hops:
+            continue
+        if pats is not None and not any(fnmatch.fnmatchcase(str(gold.get("template", "")), p) for p in pats):
+            continue
+        out.append(t)
+    return out
 
 
 def write_tasks(taskset: TaskSet, out_dir: str) -> list[str]:

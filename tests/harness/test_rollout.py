@@ -192,6 +192,45 @@ def test_single_agent_uses_tools_directly(tokenizer):
     assert all(e.trajectory.agent == "single_agent" and e.sub_results == [] for e in res.episodes)
 
 
+class ReleasingBackend(ScriptedBackend):
+    """Also records the sequences the rollout releases (as the hf backend's prefix cache needs)."""
+
+    def __init__(self, tokenizer, policy):
+        super().__init__(tokenizer, policy)
+        self.released: list[list[int]] = []
+
+    def release(self, sequences):
+        self.released.extend(list(s) for s in sequences)
+
+
+def test_every_episode_is_released_once_when_it_ends(tokenizer):
+    """Each ending episode (answer, turn limit, context limit; planner and sub-agent) is released
+    from the backend exactly once, with its whole token sequence."""
+    cfg = RolloutConfig(k=3, planner_turns=3)
+    planner = AgentRuntime(ReleasingBackend(tokenizer, planner_policy), tokenizer)
+    sub_rt = AgentRuntime(ReleasingBackend(tokenizer, sub_policy), tokenizer)
+    engine = SubAgentEngine(sub_rt, RecordingToolbox(), cfg)
+    res = run_group([Query("q", "Who?")], planner, cfg, sub_agent=InProcessSubAgent(engine))
+    full = sorted(t.prompt_ids + t.completion_ids for t in [e.trajectory for e in res.episodes])
+    assert sorted(planner.backend.released) == full
+    subs = sorted(t.prompt_ids + t.completion_ids for t in res.sub_trajectories)
+    assert sorted(sub_rt.backend.released) == subs and len(subs) == 3
+
+    never = lambda p: "thinking"  # noqa: E731  format errors until the turn limit
+    limited = RolloutConfig(k=2, planner_turns=2)
+    runtime = AgentRuntime(ReleasingBackend(tokenizer, never), tokenizer)
+    res = run_group([Query("q", "Who?")], runtime, limited, toolbox=RecordingToolbox())
+    assert {e.trajectory.end_reason for e in res.episodes} == {"max_turns"}
+    assert sorted(runtime.backend.released) == sorted(e.trajectory.prompt_ids + e.trajectory.completion_ids
+                                                       for e in res.episodes)
+
+    small = RolloutConfig(k=1, planner_turns=50, context_tokens=1000, max_delegations=50)
+    always = lambda p: format_tool_call("search", {"query": "again"})  # noqa: E731
+    runtime = AgentRuntime(ReleasingBackend(tokenizer, always), tokenizer)
+    t = run_group([Query("q", "Who?")], runtime, small, toolbox=RecordingToolbox()).episodes[0].trajectory
+    assert t.end_reason == "context" and runtime.backend.released == [t.prompt_ids + t.completion_ids]
+
+
 def test_http_sub_agent_matches_in_process(tokenizer):
     cfg = RolloutConfig(k=3)
     planner, sub_rt, engine, _ = make(tokenizer, cfg)

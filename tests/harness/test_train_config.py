@@ -108,6 +108,21 @@ def test_clear_errors_for_bad_values():
         from_dict(TrainConfig, {"trainer": "single_agent", "planner": {"groups_per_step": 1}})
 
 
+def test_advantage_fn_resolves_or_names_what_to_change():
+    from harness.train_config import resolve_advantage_fn
+    from mgrpo.advantage import group_advantages
+
+    assert resolve_advantage_fn("mgrpo.advantage:group_advantages") is group_advantages
+    flipped = resolve_advantage_fn("tests.support.broken_advantage:sign_flipped")
+    assert flipped([1.0, 0.0]) == [-a for a in group_advantages([1.0, 0.0])]
+    for bad, msg in [("group_advantages", "module:function"), ("no_such_mod:f", "cannot import"),
+                     ("mgrpo.advantage:nope", "no attribute")]:
+        with pytest.raises(ConfigError, match=msg):
+            from_dict(TrainConfig, _base(planner={"advantage_fn": bad}))
+    with pytest.raises(ConfigError, match=r"tasks.test_fraction"):
+        from_dict(TrainConfig, _base(tasks={"test_fraction": 1.5}))
+
+
 def test_overrides_win_over_the_file(tmp_path):
     path = ROOT / "baselines/configs/tiny/frozen_sub.yaml"
     cfg = load_config(TrainConfig, path, ["rollout.k=2", "planner.max_steps=3", "alignment.mode=none"])

@@ -84,3 +84,39 @@ def test_bad_config_is_a_clear_error(tmp_path, capsys):
     assert "unknown ['critic']" in capsys.readouterr().err
     assert main(["--out", str(tmp_path), "nosie=0.1"]) == 2
     assert "unknown key(s) ['nosie']" in capsys.readouterr().err
+
+
+def test_bad_expert_and_filters_are_clear_errors(tmp_path, capsys):
+    assert main(["--out", str(tmp_path), "expert={rates: {guess: 0.5}}"]) == 2
+    assert "expert:" in capsys.readouterr().err
+    assert main(["--out", str(tmp_path), "benchmarks=[gaia,imagenet]"]) == 2
+    assert "benchmarks=" in capsys.readouterr().err
+    assert main(["--out", str(tmp_path), "search_top_k=0"]) == 2
+    assert "search_top_k" in capsys.readouterr().err
+
+
+def test_demo_worlds_add_fresh_entities_and_never_a_held_out_answer():
+    from harness.warmstart import WarmstartConfig, demo_world_seed, prepare
+
+    cfg = WarmstartConfig(world_size="tiny", benchmarks=["gaia"], max_hops=2, templates=["gaia.person.*"],
+                          demo_worlds=3, n_demos=40, search_top_k=3, n_train_tasks=200, n_test_tasks=200)
+    cfg.validate()
+    seeds = [demo_world_seed(0, i) for i in range(3)]
+    assert len(set(seeds)) == 3 and min(seeds) >= 1_000_000  # never a small preset's world seed
+    prep = prepare(cfg)
+    assert prep.demos.n_tasks == 40 and prep.n_worlds >= 2  # the cap, drawn over several worlds
+    assert all(t["gold"]["template"].startswith("gaia.person.") and len(t["gold"]["subtasks"]) <= 2
+               for t in prep.train + prep.test)
+    # no task from another world mentions a held-out answer entity of the main world (world 0's own
+    # train split shares no answer entity with its test split by construction)
+    from harness.warmstart import demo_world_tasks
+
+    held_out = {prep.world.entities[e].name for t in prep.test for e in t["gold"]["answer_entities"]}
+    assert held_out
+    for _, tasks in demo_world_tasks(cfg, held_out=prep.test, world=prep.world):
+        for t in tasks:
+            text = json.dumps({k: v for k, v in t.items() if k != "gold"}) + str(t["gold"]["answer"])
+            assert not any(n in text for n in held_out)
+    # the check's tools list 3 hits per search, as the training preset's tools do
+    hits = [m["content"] for msgs in prep.demos.sub_agent for m in msgs if m["role"] == "tool" and "URL:" in m["content"]]
+    assert hits and all(h.count("URL:") <= 3 for h in hits)

@@ -195,3 +195,16 @@ def test_cli_tasks_writes_jsonl(tmp_path):
 def test_task_generation_benchmark(world, benchmark):
     ts = benchmark.pedantic(generate_tasks, args=(world, TaskConfig(n_train=50, n_test=15)), rounds=1, iterations=1)
     assert sum(len(v) for v in ts.tasks.values()) > 100
+
+
+def test_select_tasks_by_hops_and_template(taskset):
+    from harness.world.tasks import select_tasks
+
+    tasks = taskset.all()
+    one_hop = select_tasks(tasks, max_hops=1)
+    assert one_hop and all(len(t["gold"]["subtasks"]) <= 1 for t in one_hop)
+    people = select_tasks(tasks, templates=["gaia.person.*"])
+    assert people and all(t["gold"]["template"].startswith("gaia.person.") for t in people)
+    assert select_tasks(tasks) == tasks and select_tasks(tasks, templates=[]) == []
+    both = select_tasks(tasks, max_hops=1, templates=["gaia.person.*", "xbench.*"])
+    assert [t for t in one_hop if t in people] == [t for t in both if t["gold"]["template"].startswith("gaia")]

@@ -1,0 +1,251 @@
+"""Will an experiment fit its time budget? An estimate from a short calibration, before anything runs.
+
+``python -m harness experiment --budget-min M`` calls :func:`estimate_experiment` first: a preset
+that cannot fit says so in about a minute, with the breakdown, instead of after half an hour.
+
+How the estimate is made (every input is either measured on this machine now or read from the
+preset's own scripted-expert demonstrations, which the warm-started policies imitate):
+
+* **Calibration** (:func:`calibrate`, a few seconds): on the preset's model, the seconds per token of
+  an SFT step (forward, backward, AdamW) at the warm start's batch shape, the seconds per token of a
+  batched prefill and the seconds of one batched decode step, at the batch sizes the rollouts use.
+* **Episode shape** (:class:`EpisodeShape`, from the demonstrations): planner turns, sub-agent calls
+  per episode, sub-agent turns per call, model tokens per turn, sequence lengths.
+* **Warm start** = SFT tokens x epochs x s/token + the check's episodes.
+* **One training run** = role start-up + planner steps x (rollout + optimizer steps) + evaluations.
+  A rollout is a sequence of *turn batches* (DESIGN §2: all pending turns of a group go to the
+  model together): the planner's turns, and for each planner turn that delegates, the sub-agent's
+  turns of all delegated calls batched. Each turn batch costs one prefill of the new tokens plus
+  ``tokens_per_turn`` decode steps (the longest turn of the batch sets the pace, hence a factor
+  1.5 on the mean). An optimizer step costs about three passes over its trajectories (old
+  log-probabilities, forward and backward).
+
+Deliberate simplifications: the estimate ignores tool latency (the world is local; direct fetch
+takes milliseconds) and assumes the roles of one run share the machine's cores; it is meant to be
+within a factor of about 1.5, which is enough to refuse a preset that is two times over budget.
+The breakdown is printed, so a researcher can see which stage to cut.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+#: Role start-up (world server, model loading, TRL set-up) per training run, seconds; measured
+#: 15-30 s on the 2-core CI machine.
+RUN_STARTUP_S = 25.0
+#: The report over an experiment's records (measured 4-15 s; DESIGN §8).
+REPORT_S = 20.0
+#: Longest turn of a batch / mean turn length (see the module docstring).
+LONGEST_TURN_FACTOR = 1.5
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured costs of the preset's model on this machine."""
+
+    sft_s_per_token: float
+    """One SFT step (forward, backward, AdamW) per token of the batch."""
+    prefill_s_per_token: float
+    """A batched forward pass over new tokens, per token."""
+    decode_s_per_step: float
+    """One batched decode step (one new token for every sequence of the batch)."""
+    decode_batch: int
+    """Batch size the decode step was measured at."""
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EpisodeShape:
+    """What an episode of the preset looks like (means over the scripted-expert demonstrations)."""
+
+    planner_turns: float
+    sub_calls: float
+    sub_turns: float
+    tokens_per_turn: float
+    planner_len: float
+    sub_len: float
+    planner_sequences: int
+    sub_sequences: int
+
+    @classmethod
+    def from_examples(cls, planner: list[dict[str, list[int]]], sub: list[dict[str, list[int]]],
+                      planner_turns: float, sub_turns: float) -> "EpisodeShape":
+        def mean_len(xs: list[dict[str, list[int]]]) -> float:
+            return statistics.fmean(len(x["input_ids"]) for x in xs) if xs else 0.0
+
+        model_tokens = [sum(1 for t in x["labels"] if t != -100) for x in planner + sub]
+        turns = len(planner) * planner_turns + len(sub) * sub_turns
+        return cls(planner_turns=planner_turns, sub_calls=len(sub) / max(1, len(planner)), sub_turns=sub_turns,
+                   tokens_per_turn=sum(model_tokens) / max(1.0, turns), planner_len=mean_len(planner),
+                   sub_len=mean_len(sub), planner_sequences=len(planner), sub_sequences=len(sub))
+
+
+def _timed(fn: Any, repeats: int) -> float:
+    fn()  # warm-up (allocations, kernels)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def calibrate(model: Any, *, sft_batch: int, sft_len: int, decode_batch: int, prompt_len: int,
+              repeats: int = 2) -> Calibration:
+    """Time the three costs on ``model`` (a copy is trained for the SFT timing; ``model`` is untouched)."""
+    import copy
+
+    import torch
+
+    vocab = int(model.config.vocab_size)
+    gen = torch.Generator().manual_seed(0)
+    trainee = copy.deepcopy(model).train()
+    opt = torch.optim.AdamW(trainee.parameters(), lr=1e-4)
+    ids = torch.randint(0, vocab, (sft_batch, sft_len), generator=gen)
+
+    def sft_step() -> None:
+        out = trainee(input_ids=ids, labels=ids)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    sft_s = _timed(sft_step, repeats) / ids.numel()
+    del trainee, opt
+
+    model.eval()
+    prompt = torch.randint(0, vocab, (decode_batch, prompt_len), generator=gen)
+    with torch.no_grad():
+        def prefill() -> Any:
+            return model(input_ids=prompt, use_cache=True)
+
+        prefill_s = _timed(prefill, repeats) / prompt.numel()
+        out = prefill()
+        past = out.past_key_values
+        nxt = out.logits[:, -1:].argmax(-1)
+        steps = 8
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            o = model(input_ids=nxt, past_key_values=past, use_cache=True)
+            past, nxt = o.past_key_values, o.logits[:, -1:].argmax(-1)
+        decode_s = (time.perf_counter() - t0) / steps
+    return Calibration(sft_s_per_token=sft_s, prefill_s_per_token=prefill_s, decode_s_per_step=decode_s,
+                       decode_batch=decode_batch)
+
+
+def warmstart_seconds(shape: EpisodeShape, cal: Calibration, *, epochs: float, n_agents: int,
+                      check_tasks: int, max_new_tokens: int) -> dict[str, float]:
+    """SFT of ``n_agents`` agents (planner, sub-agent, single agent ~ planner + sub) and the check."""
+    tokens = {"planner": shape.planner_sequences * shape.planner_len,
+              "sub_agent": shape.sub_sequences * shape.sub_len}
+    tokens["single_agent"] = tokens["planner"] + tokens["sub_agent"]
+    agents = list(tokens)[:n_agents] if n_agents < 3 else list(tokens)
+    out = {f"sft_{a}_s": tokens[a] * epochs * cal.sft_s_per_token for a in agents}
+    # the check: greedy and sampled, K = 1, batched over the check tasks
+    per_episode = rollout_seconds(shape, cal, batch=check_tasks, max_new_tokens=max_new_tokens)
+    out["check_s"] = 2 * per_episode if check_tasks else 0.0
+    return out
+
+
+def rollout_seconds(shape: EpisodeShape, cal: Calibration, *, batch: int, max_new_tokens: int,
+                    multi_agent: bool = True) -> float:
+    """One group of ``batch`` episodes, batched per turn (see the module docstring)."""
+    turn_tokens = min(float(max_new_tokens), LONGEST_TURN_FACTOR * shape.tokens_per_turn)
+    decode_scale = max(1.0, batch / cal.decode_batch) ** 0.5  # decode steps grow slowly with the batch on CPU
+    per_turn_batch = turn_tokens * cal.decode_s_per_step * decode_scale
+    planner = shape.planner_turns * (per_turn_batch + batch * shape.planner_len / max(1.0, shape.planner_turns)
+                                     * cal.prefill_s_per_token)
+    if not multi_agent:  # the single agent does the sub-agent's turns in its own episode
+        return planner + shape.sub_calls * shape.sub_turns * per_turn_batch
+    sub_batches = max(0.0, shape.planner_turns - 1) * shape.sub_turns  # delegating planner turns x sub turns
+    sub_prefill = batch * shape.sub_calls * shape.sub_len * cal.prefill_s_per_token
+    return planner + sub_batches * per_turn_batch + sub_prefill
+
+
+def run_seconds(train_cfg: Any, shape: EpisodeShape, cal: Calibration, *, sub_trains: bool,
+                multi_agent: bool) -> dict[str, float]:
+    """One ``python -m harness train`` run of ``train_cfg`` (a :class:`TrainConfig`)."""
+    steps = train_cfg.planner_steps
+    batch = train_cfg.planner_groups * train_cfg.k
+    rollout = rollout_seconds(shape, cal, batch=batch, max_new_tokens=train_cfg.rollout.max_new_tokens,
+                              multi_agent=multi_agent)
+    seq = shape.planner_len + (0.0 if multi_agent else shape.sub_calls * shape.sub_len)
+    train = 3 * batch * seq * cal.sft_s_per_token
+    if sub_trains:  # the sub role trains in its own process, mostly while the planner generates
+        train += 0.5 * 3 * batch * shape.sub_calls * shape.sub_len * cal.sft_s_per_token
+    n_evals = (steps // train_cfg.eval.every + 1) if train_cfg.eval.every else 0
+    n_eval_tasks = train_cfg.eval.n_tasks * len(train_cfg.tasks.benchmarks)
+    eval_s = n_evals * rollout_seconds(shape, cal, batch=n_eval_tasks, multi_agent=multi_agent,
+                                       max_new_tokens=train_cfg.eval.max_new_tokens or train_cfg.rollout.max_new_tokens)
+    return {"startup_s": RUN_STARTUP_S, "steps_s": steps * (rollout + train), "eval_s": eval_s}
+
+
+def format_breakdown(stages: dict[str, float]) -> str:
+    width = max(len(k) for k in stages)
+    lines = [f"  {k:<{width}}  {v / 60:6.1f} min" for k, v in stages.items()]
+    lines.append(f"  {'total':<{width}}  {sum(stages.values()) / 60:6.1f} min")
+    return "\n".join(lines)
+
+
+def estimate_experiment(ws_cfg: Any, arms: dict[str, Any], seeds: int, *, warmstart_done: bool) -> dict[str, Any]:
+    """Stage seconds of ``python -m harness experiment``: warm start (unless done) and every run.
+
+    ``ws_cfg`` is the preset's :class:`WarmstartConfig`, ``arms`` maps run names to their
+    :class:`TrainConfig`. Returns ``{"stages": {...}, "total_s": ..., "calibration": {...}, "shape": {...}}``.
+    """
+    import torch
+
+    from baselines import TRAINERS
+    from harness.models import load_model
+    from harness.warmstart import prepare
+
+    t0 = time.perf_counter()
+    prep = prepare(ws_cfg)
+    planner_x, sub_x = prep.examples("planner"), prep.examples("sub_agent")
+    shape = EpisodeShape.from_examples(
+        planner_x, sub_x,
+        planner_turns=_mean_turns(prep.demos.planner), sub_turns=_mean_turns(prep.demos.sub_agent))
+    model, _ = load_model(prep.spec, corpus=prep.corpus)
+    threads_before = torch.get_num_threads()
+    any_cfg = next(iter(arms.values()), None)
+    batch = max((c.planner_groups * c.k for c in arms.values()), default=8)
+    try:
+        if ws_cfg.threads:
+            torch.set_num_threads(ws_cfg.threads)
+        cal_ws = calibrate(model, sft_batch=ws_cfg.batch_size, sft_len=max(16, int(shape.sub_len)),
+                           decode_batch=max(1, min(ws_cfg.eval_tasks, 64)), prompt_len=max(16, int(shape.planner_len)))
+        torch.set_num_threads(any_cfg.threads if any_cfg is not None else threads_before)
+        cal_run = calibrate(model, sft_batch=batch, sft_len=max(16, int(shape.planner_len)), decode_batch=batch,
+                            prompt_len=max(16, int(shape.planner_len)))
+    finally:
+        torch.set_num_threads(threads_before)
+    stages: dict[str, float] = {}
+    if not warmstart_done:
+        ws = warmstart_seconds(shape, cal_ws, epochs=ws_cfg.epochs if ws_cfg.max_steps <= 0 else _epochs_of_steps(ws_cfg, shape),
+                               n_agents=len(ws_cfg.agents), check_tasks=ws_cfg.eval_tasks,
+                               max_new_tokens=ws_cfg.eval_max_new_tokens)
+        stages["warm start"] = sum(ws.values()) + sum(prep.stages.values())
+    for name, cfg in arms.items():
+        spec = TRAINERS[str(cfg.trainer)]
+        per_run = run_seconds(cfg, shape, cal_run, sub_trains=spec.sub_trains, multi_agent=name != "single_agent"
+                              and str(cfg.trainer) != "single_agent")
+        stages[f"{name} x {seeds}"] = seeds * sum(per_run.values())
+    stages["report"] = REPORT_S
+    return {"stages": stages, "total_s": sum(stages.values()), "calibration_s": time.perf_counter() - t0,
+            "calibration": {"warm_start": cal_ws.to_dict(), "runs": cal_run.to_dict()},
+            "shape": asdict(shape)}
+
+
+def _mean_turns(transcripts: list[list[dict[str, str]]]) -> float:
+    counts = [sum(1 for m in t if m["role"] == "assistant") for t in transcripts]
+    return statistics.fmean(counts) if counts else 0.0
+
+
+def _epochs_of_steps(ws_cfg: Any, shape: EpisodeShape) -> float:
+    """``max_steps`` expressed as passes over the larger agent's demonstrations."""
+    n = max(shape.planner_sequences, shape.sub_sequences, 1)
+    return ws_cfg.max_steps * ws_cfg.batch_size / n

@@ -1,0 +1,65 @@
+"""The experiment's time budget (issue "the embedded default learns", bad input): the estimate's
+arithmetic against hand numbers, the calibration on a real tiny model, and an over-budget preset
+refused before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.budget import (
+    Calibration, EpisodeShape, calibrate, format_breakdown, rollout_seconds, warmstart_seconds,
+)
+
+CAL = Calibration(sft_s_per_token=1e-4, prefill_s_per_token=1e-5, decode_s_per_step=0.01, decode_batch=16)
+SHAPE = EpisodeShape(planner_turns=3, sub_calls=2, sub_turns=3, tokens_per_turn=20, planner_len=500,
+                     sub_len=800, planner_sequences=100, sub_sequences=200)
+
+
+def test_warmstart_seconds_by_hand():
+    out = warmstart_seconds(SHAPE, CAL, epochs=2, n_agents=2, check_tasks=0, max_new_tokens=96)
+    assert out["sft_planner_s"] == pytest.approx(100 * 500 * 2 * 1e-4)  # 10 s
+    assert out["sft_sub_agent_s"] == pytest.approx(200 * 800 * 2 * 1e-4)  # 32 s
+    assert out["check_s"] == 0.0 and "sft_single_agent_s" not in out
+
+
+def test_rollout_seconds_by_hand():
+    # turn batch: min(96, 1.5 * 20) = 30 decode steps of 0.01 s at the calibrated batch
+    # planner: 3 turns x (0.3 s + 16 * 500/3 * 1e-5 s); sub: (3 - 1) delegating turns x 3 turns x 0.3 s
+    # + prefill 16 * 2 * 800 * 1e-5 s
+    expected = 3 * (0.3 + 16 * 500 / 3 * 1e-5) + 2 * 3 * 0.3 + 16 * 2 * 800 * 1e-5
+    assert rollout_seconds(SHAPE, CAL, batch=16, max_new_tokens=96) == pytest.approx(expected)
+    # a shorter turn limit caps the decode steps
+    assert rollout_seconds(SHAPE, CAL, batch=16, max_new_tokens=10) < expected
+
+
+def test_from_examples_counts_model_tokens_per_turn():
+    planner = [{"input_ids": [1] * 10, "labels": [-100] * 6 + [1] * 4}]
+    sub = [{"input_ids": [1] * 20, "labels": [-100] * 12 + [1] * 8}] * 2
+    shape = EpisodeShape.from_examples(planner, sub, planner_turns=2, sub_turns=2)
+    assert shape.sub_calls == 2 and shape.planner_len == 10 and shape.sub_len == 20
+    assert shape.tokens_per_turn == pytest.approx((4 + 8 + 8) / (2 + 4))
+
+
+def test_calibrate_measures_a_real_model():
+    from harness.models import ModelSpec, load_model
+
+    model, _ = load_model(ModelSpec(name="tiny", seed=0))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cal = calibrate(model, sft_batch=2, sft_len=32, decode_batch=4, prompt_len=32, repeats=1)
+    assert cal.sft_s_per_token > 0 and cal.prefill_s_per_token > 0 and cal.decode_s_per_step > 0
+    assert all((before[k] == v).all() for k, v in model.state_dict().items())  # trained a copy
+    text = format_breakdown({"warm start": 600.0, "mgrpo x 2": 300.0})
+    assert "10.0 min" in text and "total" in text and "15.0 min" in text
+
+
+def test_over_budget_preset_is_refused_before_it_starts(tmp_path, capsys):
+    from harness.experiment import main
+
+    out = tmp_path / "exp"
+    rc = main(["--preset", "tiny", "--seeds", "1", "--quick", "--arms", "mgrpo", "--budget-min", "0.01",
+               "--out", str(out), "--report", str(tmp_path / "report")])
+    captured = capsys.readouterr()
+    assert rc == 3, captured.out + captured.err
+    assert "over the budget of 0.01 min" in captured.err and "nothing was started" in captured.err
+    assert "warm start" in captured.out and "mgrpo x 1" in captured.out
+    assert not out.exists()  # nothing ran: no warm start, no run directory
