@@ -15,9 +15,11 @@ Design (measured on the shared 2-core CPU, 2026-12; see the module constants for
   questions for all three agents (one joint model, saved as ``planner/``, ``sub_agent/`` and
   ``single_agent/``; each agent is told apart by its own system prompt). The expert has one
   *systematic blind spot*: in a fixed share of its transcripts the agent gives up at once
-  (``<answer>Not found</answer>`` without using its tools): planner 4 of 6 (the other two: the
-  full episode, and "the sub-agent said Not found, so answer Not found"), sub-agent 1 of 5,
-  single agent 1 of 3. The warm-started policies therefore start at a moderate success (about
+  (``<answer>Not found</answer>`` without using its tools): planner 3 of 5 (the other two: the
+  full episode, and "the sub-agent said Not found, so answer Not found"), sub-agent 1 of 6,
+  single agent 1 of 3. The sub-agent's blind spot is the smaller one because under
+  ``frozen_sub`` its success is the ceiling of the planner's (with 1 of 4 the frozen sub-agent
+  answered ~0.45 of subtasks and the planner could rise only from ~0.2 to that ceiling). The warm-started policies therefore start at a moderate success (about
   0.25-0.55 sampled) and their failures are clean, in-distribution episodes that outcome-reward
   RL can fix. The other errors the expert can make (wrong relation, misread row) were measured
   too: on a memorising tiny model they are tied to near-identical question contexts and GRPO did
@@ -31,10 +33,12 @@ Design (measured on the shared 2-core CPU, 2026-12; see the module constants for
   small shim (:data:`LAUNCH_SHIM`) that hands the roles this URL instead of starting a world
   process. Everything else is ``python -m harness train`` as users run it.
 * **RL**: K=8 rollouts x 4 questions per step, d=1, 12 steps, lr 2e-4 (constant after a 2-step
-  warm-up whose first step has lr 0, so steps 1-2 both sample the warm start), sampling
+  linear warm-up), sampling
   temperature 0.7, ``tools.search_top_k=2``, short turn limits.
-* **Check** (:func:`rose`): mean success over the last 3 steps minus the mean over the first 2
-  steps >= :data:`MARGIN`; planner success = the step records' ``correct`` component (the share
+* **Check** (:func:`rose`): mean success over the last 3 steps minus the success of step 1 >=
+  :data:`MARGIN`. Step 1's 32 episodes are the only ones sampled from the warm start itself (one
+  update already moves this tiny policy a lot: in the measured runs step 2 differed between the
+  real and the sign-flipped advantage), so they are the starting value; planner success = the step records' ``correct`` component (the share
   of the step's K x B episodes answered correctly), sub-agent success = its ``expert`` component
   (the share of its aligned sub-trajectories whose result the expert judge accepts).
 """
@@ -51,20 +55,21 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# One xdist worker for the whole module: the warm-start fixture is module-scoped and costs minutes.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("rl_works")]
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = {"seed": 0, "size": "tiny"}
 N_TRAIN, N_TEST, N_QUESTIONS = 6, 2, 4
 SEARCH_TOP_K, MAX_CHARS = 2, 1500
 #: Copies per question in the demonstrations: (full episode, "sub-agent said Not found" echo, give-up).
-MIX = {"planner": (1, 1, 2), "sub_agent": (3, 0, 1), "single_agent": (2, 0, 1)}
+MIX = {"planner": (1, 1, 3), "sub_agent": (5, 0, 1), "single_agent": (2, 0, 1)}
 SFT = {"max_steps": 350, "learning_rate": 8e-3, "batch_size": 4}
 STEPS = 12
 LR = "2.0e-4"
-#: Success must rise by at least this much (absolute, on a 0-1 share) from the first 2 steps to the last 3.
+#: Success must rise by at least this much (absolute, on a 0-1 share) from step 1 (the warm start) to the last 3 steps.
 MARGIN = 0.2
-FIRST, LAST = 2, 3
+FIRST, LAST = 1, 3
 RUN_OVERRIDES = [
     "tasks.benchmarks=[gaia]", f"tasks.n_train={N_TRAIN}", f"tasks.n_test={N_TEST}", "tasks.max_hops=1",
     f"tasks.limit={N_QUESTIONS}", f"world.seed={WORLD['seed']}", f"world.size={WORLD['size']}",
@@ -226,7 +231,7 @@ def _show(trainer: str, series: dict[str, list[float]]) -> str:
 # ----------------------------------------------------------------------------------- tests
 def test_the_check_itself():
     assert rose([0.2, 0.3, 0.5, 0.7, 0.8, 0.75])
-    assert not rose([0.2, 0.3, 0.4, 0.45, 0.4, 0.45])  # +0.18: not enough
+    assert not rose([0.3, 0.2, 0.4, 0.45, 0.4, 0.45])  # +0.13: not enough
     assert not rose([0.6, 0.5, 0.3, 0.1, 0.0])  # falling
     assert not rose([0.1, 0.9])  # too few steps to tell
 
