@@ -28,8 +28,10 @@ venv: $(STAMP)
 test: sysdeps venv
 	$(VPY) -m pytest tests -n 2 --dist loadgroup -q $(PYTEST_ARGS)
 
+# BUDGET: minutes the full demo may take; a short calibration refuses a preset that cannot fit (QUICK=1 skips it).
+BUDGET ?= 30
 demo: sysdeps venv
-	$(VPY) -m harness experiment --preset tiny --seeds 2 $(if $(QUICK),--quick,)
+	$(VPY) -m harness experiment --preset tiny --seeds 2 $(if $(QUICK),--quick,--budget-min $(BUDGET))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .benchmarks

@@ -10,6 +10,7 @@ file, the key and what to change, never half-way through a run.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 import yaml
 
 T = TypeVar("T")
+#: A number in exponent form without a dot (1e-6, 8E+3): YAML 1.1 leaves it a string.
+_YAML11_FLOAT = re.compile(r"[-+]?[0-9]+(\.[0-9]*)?[eE][-+]?[0-9]+")
 
 
 class ConfigError(ValueError):
@@ -78,6 +81,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
+            # YAML 1.1 (PyYAML) reads 8e-3 and 1e-6 as strings: it wants a dot (8.0e-3); accept both spellings.
+            return float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
         return float(value)

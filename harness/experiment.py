@@ -11,6 +11,9 @@
    local test tasks (task records), from the warm-started models.
 3. **Report**: ``python -m harness.report`` over the experiment's runs into ``--report``.
 
+Rerunning the same command resumes the experiment: the warm start and completed runs are reused;
+a run that did not complete is moved to ``<out>/incomplete/`` and started afresh.
+
 ``--quick`` is a smoke run (a few steps everywhere) that checks the pipeline and claims no
 learning; its report says so in the run names (``quick``). Every stage prints progress; a
 failed run is kept (shown as failed in the report) and the experiment goes on with the others,
@@ -79,6 +82,13 @@ def check_budget(args: argparse.Namespace, preset_dir: Path, arms: list[str], *,
     return 0
 
 
+def report_title(args: argparse.Namespace) -> str:
+    """The report's title, which says what scale of run it is (the committed reference is a tiny CPU run)."""
+    scale = "tiny-scale CPU run" if args.preset == "tiny" else f"preset {args.preset}"
+    quick = "; --quick smoke run, claims no learning" if args.quick else ""
+    return f"M-GRPO comparison, embedded default ({scale}, {args.seeds} seeds{quick})"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness experiment", description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="tiny", help="a folder of baselines/configs/ (tiny, smollm2)")
@@ -137,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = runs_dir / f"{arm}-seed{seed}"
         if (run_dir / "status.json").is_file() and json.loads((run_dir / "status.json").read_text()).get("state") == "completed":
             continue
+        if run_dir.exists():  # an earlier attempt that did not complete: kept aside, never mixed into this one
+            kept = out / "incomplete" / f"{run_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            run_dir.rename(kept)
+            tqdm.write(f"note: an incomplete earlier attempt of {run_dir.name} was moved to {kept}; starting it afresh")
         overrides = [f"models.planner={ws_dir / ('single_agent' if arm == 'single_agent' else 'planner')}",
                      f"models.sub={ws_dir / 'sub_agent'}"]
         trainer = load_yaml(config).get("trainer", arm)
@@ -151,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     print("[3/3] report ...", flush=True)
     from harness.report import main as report_main
 
-    rc = report_main(["--runs", str(runs_dir), "--out", str(report)])
+    rc = report_main(["--runs", str(runs_dir), "--out", str(report), "--title", report_title(args)])
     print(f"done in {time.perf_counter() - t0:.0f} s; report: {report / 'report.md'}", flush=True)
     if failed:
         print("failed runs:\n  " + "\n  ".join(failed), file=sys.stderr)

@@ -42,3 +42,17 @@ def test_quick_experiment_end_to_end(tmp_path):
     assert list((run / "eval").iterdir())  # periodic evaluation wrote task records
     text = (report / "report.md").read_text()
     assert "## The paper's claims" in text and (report / "report.html").is_file()
+    assert "tiny-scale CPU run" in text.splitlines()[0] and "claims no learning" in text.splitlines()[0]
+
+
+def test_committed_reference_report_is_labelled_and_traceable():
+    """``reports/tiny-cpu`` (issue 7): the report `make demo` wrote, labelled as a tiny CPU run, with its records' provenance."""
+    from harness.experiment import ROOT
+
+    report = ROOT / "reports" / "tiny-cpu"
+    text = (report / "report.md").read_text()
+    assert "tiny-scale CPU run" in text.splitlines()[0]
+    assert (report / "report.html").stat().st_size > 10_000
+    assert list((report / "figures").glob("*.png")), "the figures are committed next to report.md"
+    for arm in ("single_agent", "frozen_sub", "mgrpo"):
+        assert arm in text

@@ -129,6 +129,15 @@ def test_overrides_win_over_the_file(tmp_path):
     assert (cfg.k, cfg.planner.max_steps, cfg.alignment.mode) == (2, 3, "none")
 
 
+def test_exponent_numbers_without_a_dot_are_numbers():
+    """YAML 1.1 reads ``8e-3`` as a string; a researcher typing ``planner.learning_rate=8e-3`` means the number."""
+    path = ROOT / "baselines/configs/tiny/mgrpo.yaml"
+    cfg = load_config(TrainConfig, path, ["planner.learning_rate=8e-3", "sub.learning_rate=1E-6"])
+    assert (cfg.planner.learning_rate, cfg.sub.learning_rate) == (0.008, 1e-06)
+    with pytest.raises(ConfigError, match="expected a number"):
+        load_config(TrainConfig, path, ["planner.learning_rate=fast"])
+
+
 def test_loss_types_match_the_trainer():
     from mgrpo.trainer import LOSS_TYPES as TRAINER_LOSS_TYPES
 

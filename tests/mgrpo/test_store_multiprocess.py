@@ -133,3 +133,19 @@ def test_killed_consumer_resumes_without_losing_or_double_counting(store_url, tm
         assert max(c.deliveries for c in log) == 2  # the crashes did force redeliveries
     finally:
         store.close()
+
+
+def test_roles_creating_a_fresh_sqlite_store_at_once_all_open_it(tmp_path):
+    """Two roles start at the same instant on a new store file (`python -m harness train`): neither
+    may die of "database is locked" while the other switches the file to WAL (seen 1 launch in ~20)."""
+    ctx = mp.get_context("spawn")
+    for attempt in range(4):
+        url = f"sqlite:///{tmp_path}/fresh{attempt}.db"
+        start, results = ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=store_workers.opener, args=(url, "run", start, results)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        start.set()
+        _collect(results, len(procs), "opener")
+        for p in procs:
+            p.join(30)

@@ -191,3 +191,13 @@ def checkpointing_consumer(
     for q in to_ack:
         store.ack_group(q)
     store.close()
+
+
+def opener(url: str, run_id: str, start, out) -> None:
+    """Open (and so create) the store the moment ``start`` is set; report ``(None|error,)``."""
+    try:
+        start.wait(30)
+        open_store(url, run_id=run_id).close()
+        out.put((None,))
+    except BaseException:  # noqa: BLE001 - the parent asserts on it
+        out.put((traceback.format_exc(),))
