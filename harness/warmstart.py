@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -71,6 +72,10 @@ class WarmstartConfig:
     expert: dict[str, Any] = help_field({}, "more ExpertConfig fields for the demonstrations: rates, template_rates, "
                                         "phrase_rates (systematic blind spots that RL can fix)")
     agents: list[str] = help_field(list(AGENTS), "which agents to fine-tune")
+    joint: bool = help_field(False, "one model fine-tuned on all the agents' transcripts together (each agent is "
+                             "told apart by its own system prompt) and saved as every agent; the agents then "
+                             "share what is common (the tool-call format) and the planner, whose transcripts "
+                             "are the shortest, gets every step instead of its own few")
     epochs: float = help_field(3.0, "passes over the demonstrations")
     max_steps: int = help_field(-1, "optimizer steps (overrides epochs when > 0)")
     learning_rate: float = help_field(2e-3, "AdamW learning rate")
@@ -427,17 +432,21 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
         "expert_demo_accuracy": demos.n_correct / max(1, demos.n_tasks), "agents": {},
     }
     models: dict[str, Any] = {}
-    for agent in cfg.agents:
-        examples = prep.examples(agent)
+    # One SFT per agent, or (joint) one SFT on every agent's transcripts, saved under each agent's name.
+    runs = [("joint", list(cfg.agents))] if cfg.joint else [(agent, [agent]) for agent in cfg.agents]
+    for name, agents in runs:
+        examples = [e for agent in agents for e in prep.examples(agent)]
         kept = [e for e in examples if len(e["input_ids"]) <= cfg.max_length]
         random.Random(cfg.seed).shuffle(kept)
-        model, _ = load_model(spec, corpus=corpus)  # a fresh copy of the same initialisation per agent
-        print(f"[warmstart] {agent}: {len(kept)} transcripts ({len(examples) - len(kept)} over max_length)", flush=True)
-        stats = sft_train(model, tokenizer, kept, cfg, out / agent)
+        model, _ = load_model(spec, corpus=corpus)  # a fresh copy of the same initialisation per SFT
+        print(f"[warmstart] {name}: {len(kept)} transcripts ({len(examples) - len(kept)} over max_length)", flush=True)
+        stats = sft_train(model, tokenizer, kept, cfg, out / agents[0])
         stats["dropped_too_long"] = len(examples) - len(kept)
-        summary["agents"][agent] = stats
-        models[agent] = model
-        stages[f"sft_{agent}_s"] = stats["train_s"]
+        for agent in agents[1:]:
+            shutil.copytree(out / agents[0], out / agent, ignore=shutil.ignore_patterns("trainer"), dirs_exist_ok=True)
+        summary["agents"][name] = stats
+        models.update({agent: model for agent in agents})
+        stages[f"sft_{name}_s"] = stats["train_s"]
 
     if cfg.eval_tasks and "planner" in models and "sub_agent" in models:
         t0 = time.perf_counter()

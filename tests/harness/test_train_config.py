@@ -41,6 +41,8 @@ def test_warmstart_presets_load_and_match_their_training_world(path):
     train = load_train_config(str(path.parent / "mgrpo.yaml"))
     # the tokenizer and the demonstrations come from the world the trainers then run in
     assert (ws.world_seed, ws.world_size) == (train.world.seed, train.world.size)
+    # ... and the search results look as they did in the demonstrations
+    assert ws.search_top_k == train.tools.search_top_k
 
 
 def test_paper_preset_has_the_paper_hyperparameters():

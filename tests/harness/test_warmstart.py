@@ -79,6 +79,24 @@ def test_warmstart_command_end_to_end(tmp_path, capsys):
     assert model.config.model_type == "qwen3" and tok.chat_template
 
 
+@pytest.mark.slow
+def test_joint_warmstart_trains_one_model_saved_as_every_agent(tmp_path):
+    import torch
+
+    out = tmp_path / "ws"
+    rc = main(["--out", str(out), "joint=true", "n_train_tasks=2", "n_test_tasks=1", "eval_tasks=1", "max_steps=2",
+               "batch_size=2", "world_size=tiny", "eval_max_new_tokens=8", "agents=[planner,sub_agent]"])
+    assert rc == 0
+    summary = json.loads((out / "warmstart.json").read_text())
+    assert list(summary["agents"]) == ["joint"] and summary["agents"]["joint"]["steps"] == 2
+    planner, _ = load_model(str(out / "planner"))
+    sub, _ = load_model(str(out / "sub_agent"))
+    for (name, a), (_, b) in zip(planner.state_dict().items(), sub.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert not (out / "sub_agent" / "trainer").exists()
+    assert summary["check"]["greedy"]["n_tasks"] == 1
+
+
 def test_bad_config_is_a_clear_error(tmp_path, capsys):
     assert main(["--out", str(tmp_path), "agents=[planner,critic]"]) == 2
     assert "unknown ['critic']" in capsys.readouterr().err
