@@ -711,31 +711,39 @@ def run_sub(cfg: TrainConfig, run_dir: Path, store: Any, world_url: str, resume:
     with server:
         store.put_stat(SUB_URL, url)
         print(f"[sub] serving sub-agent at {url} (trains: {spec.sub_trains})", flush=True)
-        if not spec.sub_trains:
+        try:
+            if spec.sub_trains:
+                _train_sub(trainer, ckpt, cfg, out_dir)
+                print(f"[sub] finished after {trainer.state.global_step} steps", flush=True)
+            # The planner can still call the service after the sub-agent's last step: its final evaluation,
+            # and its last step's episodes when the sub role trains faster. Serve until it says it is done.
+            version = int(trainer.state.global_step) if trainer is not None else 0
             while not stop.wait(0.5):
-                store.heartbeat("sub", {"policy_version": 0})
+                store.heartbeat("sub", {"policy_version": version})
                 if store.get_stat(PLANNER_DONE) is not None:
                     break
             print("[sub] planner finished; service stopped", flush=True)
-            toolbox.close()
-            return 0
-        try:
-            trainer.train(resume_from_checkpoint=ckpt)
-        except PlannerFinished:
-            step = int(trainer.state.global_step)
-            print(f"[sub] the planner finished and no complete query group is left: stopping after {step} of "
-                  f"{cfg.sub_max_steps} steps ({trainer._mgrpo_rollout.empty_groups} groups had no sub-agent call)",
-                  flush=True)
-            trainer._mgrpo_lock.release()
-            target = out_dir / f"checkpoint-{step}"
-            if step > 0 and not target.is_dir():
-                trainer._save_checkpoint(trainer.model, trial=None)  # full state (optimizer, RNG), as TRL saves
-            trainer._mgrpo_checkpoint_saved(target)
         finally:
-            trainer._mgrpo_lock.release()
             toolbox.close()
-    print(f"[sub] finished after {trainer.state.global_step} steps", flush=True)
     return 0
+
+
+def _train_sub(trainer: Any, ckpt: str | None, cfg: TrainConfig, out_dir: Path) -> None:
+    """The sub role's optimizer steps; stops early (with a checkpoint) once no query group can come."""
+    try:
+        trainer.train(resume_from_checkpoint=ckpt)
+    except PlannerFinished:
+        step = int(trainer.state.global_step)
+        print(f"[sub] the planner finished and no complete query group is left: stopping after {step} of "
+              f"{cfg.sub_max_steps} steps ({trainer._mgrpo_rollout.empty_groups} groups had no sub-agent call)",
+              flush=True)
+        trainer._mgrpo_lock.release()
+        target = out_dir / f"checkpoint-{step}"
+        if step > 0 and not target.is_dir():
+            trainer._save_checkpoint(trainer.model, trial=None)  # full state (optimizer, RNG), as TRL saves
+        trainer._mgrpo_checkpoint_saved(target)
+    finally:
+        trainer._mgrpo_lock.release()
 
 
 def _raise_sigterm() -> None:

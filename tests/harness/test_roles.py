@@ -244,3 +244,61 @@ def test_restarted_sub_role_trains_a_redelivered_group_from_its_spool(sub_setup,
         assert restarted.pending_groups() == []
     finally:
         restarted.close()
+
+
+@pytest.mark.slow
+def test_sub_role_keeps_serving_after_its_last_step_until_the_planner_is_done(tmp_path):
+    """The planner calls the sub-agent after the sub role's last optimizer step (its final evaluation;
+    its last step when the sub role is faster). Seen in `make demo`: the service had closed, the
+    planner's calls failed and the sub process aborted at exit, so the run failed."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import yaml
+
+    from harness.config import to_dict
+    from harness.role import PLANNER_DONE, SUB_URL, load_tasks
+    from harness.rollout import SubTask
+    from harness.subagent_service import HTTPSubAgentClient
+    from harness.world.generator import generate_world
+    from harness.world.server import WorldServer
+    from mgrpo.store import open_store
+
+    cfg = _cfg(tmp_path, planner={"max_steps": 1})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    store = open_store(f"sqlite:///{run_dir / 'store.db'}", run_id="run")
+    tasks, _ = load_tasks(cfg)
+    log = run_dir / "sub.log"
+    with WorldServer(generate_world(seed=0, size="tiny")) as world, open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.role", "--role", "sub", "--config", str(run_dir / "config.yaml"),
+             "--run-dir", str(run_dir), "--world-url", world.base_url],
+            cwd=Path(__file__).resolve().parents[2], stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 120
+            while store.get_stat(SUB_URL) is None:
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.2)
+            service = SimpleNamespace(url=store.get_stat(SUB_URL))
+            _play_planner(cfg, store, service, tasks, "qa@0.0.0", [1, 1], [1.0, 0.0])
+            while store.get_policy_version("sub") < 1:  # its one and last optimizer step
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.2)
+            # after its last step the service still answers (the planner's final evaluation) ...
+            gold = tasks[sorted(tasks)[0]]["gold"]["subtasks"][0]["task"]
+            late = HTTPSubAgentClient(service.url).run([SubTask("eval@1", 0, 0, gold, "")])
+            assert len(late) == 1 and late[0].policy_version == 1
+            assert proc.poll() is None
+            # ... and stops cleanly once the planner says it is done
+            store.put_stat(PLANNER_DONE, {"step": 1})
+            assert proc.wait(60) == 0, log.read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            store.close()
+    text = log.read_text()
+    assert "[sub] finished after 1 steps" in text and "service stopped" in text
