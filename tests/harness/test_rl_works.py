@@ -10,18 +10,22 @@ Design (measured on the shared 2-core CPU, 2026-12; see the module constants for
 
 * **Questions**: the 4 one-hop GAIA-style train tasks of the tiny world (seed 0, ``n_train=6``):
   the country and the population of a city, the host city of an event, the organiser of another.
-* **Warm start** (module fixture, ~3 min): one tiny model fine-tuned with the project's
+* **Warm starts** (~4-5 min each): a tiny model fine-tuned with the project's
   :func:`harness.warmstart.sft_train` (TRL ``SFTTrainer``) on scripted-expert transcripts of those
   questions for all three agents (one joint model, saved as ``planner/``, ``sub_agent/`` and
   ``single_agent/``; each agent is told apart by its own system prompt). The expert has one
   *systematic blind spot*: in a fixed share of its transcripts the agent gives up at once
   (``<answer>Not found</answer>`` without using its tools): planner 3 of 5 (the other two: the
-  full episode, and "the sub-agent said Not found, so answer Not found"), sub-agent 1 of 6,
-  single agent 1 of 3. The sub-agent's blind spot is the smaller one because under
-  ``frozen_sub`` its success is the ceiling of the planner's (with 1 of 4 the frozen sub-agent
-  answered ~0.45 of subtasks and the planner could rise only from ~0.2 to that ceiling). The warm-started policies therefore start at a moderate success (about
-  0.25-0.55 sampled) and their failures are clean, in-distribution episodes that outcome-reward
-  RL can fix. The other errors the expert can make (wrong relation, misread row) were measured
+  full episode, and "the sub-agent said Not found, so answer Not found"), sub-agent 1 of 4,
+  single agent 1 of 3 (:data:`MIXES` ``main``). ``frozen_sub`` starts from a second warm start
+  whose sub-agent has no blind spot (``sure_sub``): the frozen sub-agent's success is the ceiling
+  of the planner's, and with 1 of 4 it answered ~0.45, so the planner could rise only from ~0.2 to
+  that (a CI failure); one shared compromise (1 of 6) left ``mgrpo``'s sub-agent starting at up to
+  0.78 with no room to rise by the margin (the next CI failure). The demonstrations contain the
+  world's URL, whose port changes every run, so the warm starts (and the step-1 values) vary from
+  run to run: the margins above are sized for that. All runs are one test, so they share the warm
+  starts on one pytest-xdist worker.
+  The other errors the expert can make (wrong relation, misread row) were measured
   too: on a memorising tiny model they are tied to near-identical question contexts and GRPO did
   not move them within 40 steps, and T=1 sampling adds scattered token slips (per-token error
   ~ the SFT loss) whose negative-advantage gradients destabilise the policy (lr >= 5e-4 collapsed
@@ -55,15 +59,22 @@ from typing import Any
 
 import pytest
 
-# One xdist worker for the whole module: the warm-start fixture is module-scoped and costs minutes.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("rl_works")]
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = {"seed": 0, "size": "tiny"}
 N_TRAIN, N_TEST, N_QUESTIONS = 6, 2, 4
 SEARCH_TOP_K, MAX_CHARS = 2, 1500
-#: Copies per question in the demonstrations: (full episode, "sub-agent said Not found" echo, give-up).
-MIX = {"planner": (1, 1, 3), "sub_agent": (5, 0, 1), "single_agent": (2, 0, 1)}
+#: Copies per question in the demonstrations: (full episode, "sub-agent said Not found" echo, give-up),
+#: per warm start. ``frozen_sub`` gets its own: there the frozen sub-agent's success is the ceiling of the
+#: planner's, so its sub-agent has no blind spot; ``mgrpo``'s sub-agent needs one to have room to improve.
+MIXES = {
+    "main": {"planner": (1, 1, 3), "sub_agent": (3, 0, 1), "single_agent": (2, 0, 1)},
+    "sure_sub": {"planner": (1, 1, 3), "sub_agent": (1, 0, 0)},
+}
+#: Which warm start each run starts from.
+WARM_FOR = {"single_agent": "main", "frozen_sub": "sure_sub", "mgrpo": "main"}
 SFT = {"max_steps": 350, "learning_rate": 8e-3, "batch_size": 4}
 STEPS = 12
 LR = "2.0e-4"
@@ -145,8 +156,9 @@ def questions(world: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return train, test
 
 
-def demonstrations(train: list[dict[str, Any]], toolbox: Any) -> dict[str, list[list[dict[str, str]]]]:
-    """The expert's transcripts per agent, with the give-up blind spot mixed in (:data:`MIX`)."""
+def demonstrations(train: list[dict[str, Any]], toolbox: Any, mix: dict[str, tuple[int, int, int]]
+                   ) -> dict[str, list[list[dict[str, str]]]]:
+    """The expert's transcripts per agent, with the give-up blind spot mixed in (one of :data:`MIXES`)."""
     from harness.agents.protocol import format_answer
     from harness.warmstart import expert_demonstrations
 
@@ -154,7 +166,7 @@ def demonstrations(train: list[dict[str, Any]], toolbox: Any) -> dict[str, list[
     assert demos.n_correct == demos.n_tasks == N_QUESTIONS
     give_up = {"role": "assistant", "content": format_answer("Not found")}
     out: dict[str, list[list[dict[str, str]]]] = {}
-    for agent, (full, echo, gave_up) in MIX.items():
+    for agent, (full, echo, gave_up) in mix.items():
         rows: list[list[dict[str, str]]] = []
         for msgs in demos.of(agent):
             rows += [msgs] * full
@@ -164,9 +176,8 @@ def demonstrations(train: list[dict[str, Any]], toolbox: Any) -> dict[str, list[
     return out
 
 
-@pytest.fixture(scope="module")
-def warm_start(tmp_path_factory, world_url):
-    """A warm-start directory (planner/, sub_agent/, single_agent/) trained on the test's questions."""
+def build_warm_start(out: Path, world_url: str, mix: dict[str, tuple[int, int, int]]) -> Path:
+    """A warm-start directory (planner/, sub_agent/, single_agent/): one joint SFT on ``mix``'s transcripts."""
     import random
 
     import torch
@@ -177,11 +188,10 @@ def warm_start(tmp_path_factory, world_url):
     from harness.world.generator import generate_world
     from harness.world.toolbox import WorldToolbox
 
-    out = tmp_path_factory.mktemp("warm")
     world = generate_world(seed=WORLD["seed"], size=WORLD["size"])
     train, test = questions(world)
     toolbox = WorldToolbox(world, base_url=world_url, k=SEARCH_TOP_K, max_chars=MAX_CHARS)
-    mixed = demonstrations(train, toolbox)
+    mixed = demonstrations(train, toolbox, mix)
     model, tok = load_model(ModelSpec(name="tiny", seed=0), corpus=tokenizer_corpus(world, train + test))
     examples = []
     for agent, rows in mixed.items():
@@ -199,7 +209,7 @@ def warm_start(tmp_path_factory, world_url):
         torch.set_num_threads(threads)
     for agent in ("sub_agent", "single_agent"):
         shutil.copytree(out / "planner", out / agent, ignore=shutil.ignore_patterns("trainer"))
-    print(f"\n[rl_works] warm start: {len(examples)} transcripts, {stats['steps']} SFT steps, "
+    print(f"\n[rl_works] warm start {out.name}: {len(examples)} transcripts, {stats['steps']} SFT steps, "
           f"loss {stats['train_loss']:.3f}, {time.perf_counter() - t0:.0f}s", flush=True)
     return out
 
@@ -209,7 +219,7 @@ def train_run(tmp_path: Path, trainer: str, warm: Path, world_url: str, *extra: 
     from mgrpo.store import open_store
 
     run = tmp_path / f"{trainer}-run"
-    run.mkdir()
+    run.mkdir(parents=True)
     # Open the run's sqlite store once before the roles start: two roles creating a fresh store at the
     # same moment can hit "database is locked" on PRAGMA journal_mode=WAL (seen 1 in ~20 launches).
     open_store(f"sqlite:///{run / 'store.db'}", run_id=run.name).close()
@@ -236,22 +246,32 @@ def test_the_check_itself():
     assert not rose([0.1, 0.9])  # too few steps to tell
 
 
-@pytest.mark.parametrize("trainer", ["single_agent", "frozen_sub", "mgrpo"])
-def test_rl_raises_success_on_fixed_questions(tmp_path, warm_start, world_url, trainer):
-    run = train_run(tmp_path, trainer, warm_start, world_url)
-    ok, series = rl_improved(run, trainer)
-    print(_show(trainer, series), flush=True)
-    assert len(series["planner"]) == STEPS, series
-    start = sum(series["planner"][:FIRST]) / FIRST
-    assert 0.05 <= start <= 0.75, f"the warm start should begin at a moderate success, got {start:.2f}"
-    assert ok, f"success did not rise by {MARGIN} (first {FIRST} steps -> last {LAST}): " + _show(trainer, series)
+def test_rl_raises_success_on_fixed_questions_and_a_sign_flipped_advantage_does_not(tmp_path, world_url):
+    """One test for the four runs, so they share their warm starts on one xdist worker (each costs minutes)."""
+    warm = {name: build_warm_start(tmp_path / f"warm-{name}", world_url, mix) for name, mix in MIXES.items()}
+    problems, shown = [], []
+    for trainer in ("single_agent", "frozen_sub", "mgrpo"):
+        run = train_run(tmp_path, trainer, warm[WARM_FOR[trainer]], world_url)
+        ok, series = rl_improved(run, trainer)
+        shown.append(_show(trainer, series))
+        print(shown[-1], flush=True)
+        if len(series["planner"]) != STEPS:
+            problems.append(f"{trainer}: {len(series['planner'])} step records, expected {STEPS}")
+            continue
+        start = sum(series["planner"][:FIRST]) / FIRST
+        if not 0.05 <= start <= 0.75:
+            problems.append(f"{trainer}: the warm start should begin at a moderate success, got {start:.2f}")
+        if not ok:
+            problems.append(f"{trainer}: success did not rise by {MARGIN} (first {FIRST} steps -> last {LAST})")
 
-
-def test_a_sign_flipped_advantage_fails_the_same_check(tmp_path, warm_start, world_url):
-    run = train_run(tmp_path, "mgrpo", warm_start, world_url,
+    run = train_run(tmp_path / "flipped", "mgrpo", warm[WARM_FOR["mgrpo"]], world_url,
                     f"planner.advantage_fn={FLIPPED}", f"sub.advantage_fn={FLIPPED}")
     ok, series = rl_improved(run, "mgrpo")
-    print(_show("mgrpo (sign-flipped advantages)", series), flush=True)
-    assert not ok, "a sign-flipped advantage still passed the check: " + _show("mgrpo", series)
+    shown.append(_show("mgrpo (sign-flipped advantages)", series))
+    print(shown[-1], flush=True)
     planner = series["planner"]
-    assert sum(planner[-LAST:]) / LAST < sum(planner[:FIRST]) / FIRST  # it got worse, not just not better
+    if ok:
+        problems.append("a sign-flipped advantage still passed the check")
+    if not sum(planner[-LAST:]) / LAST < sum(planner[:FIRST]) / FIRST:
+        problems.append("with a sign-flipped advantage the planner did not get worse")
+    assert not problems, "; ".join(problems) + "\n" + "\n".join(shown)
