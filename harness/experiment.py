@@ -46,6 +46,15 @@ QUICK_TRAIN = ["planner.max_steps=2", "eval.every=2", "eval.n_tasks=1", "rollout
                "tasks.n_train=4", "tasks.n_test=2", "planner.groups_per_step=2"]
 
 
+def _arg(path: Path) -> str:
+    """``path`` as written on a child's command line: relative to the repository when inside it (children
+    run there), so the records and the committed report name no machine's folders (issue 7)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def _run(argv: list[str], log: Path) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
@@ -108,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no preset {args.preset!r} in {CONFIGS}; known: {known}", file=sys.stderr)
         return 2
     suffix = "-quick" if args.quick else ""
-    out = Path(args.out or ROOT / "runs" / f"experiment-{args.preset}{suffix}")
-    report = Path(args.report or ROOT / "reports" / f"{args.preset}-cpu{suffix}")
+    out = Path(args.out or ROOT / "runs" / f"experiment-{args.preset}{suffix}").resolve()
+    report = Path(args.report or ROOT / "reports" / f"{args.preset}-cpu{suffix}").resolve()
     arms = [a for a in args.arms.split(",") if (preset_dir / f"{a}.yaml").is_file()]
     missing = sorted(set(args.arms.split(",")) - set(arms))
     if missing:
@@ -127,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
             return rc
     if not (ws_dir / "warmstart.json").is_file():
         print("[1/3] warm start ...", flush=True)
-        cmd = [sys.executable, "-m", "harness", "warmstart", "--out", str(ws_dir)]
+        cmd = [sys.executable, "-m", "harness", "warmstart", "--out", _arg(ws_dir)]
         if ws_config.is_file():
-            cmd += ["--config", str(ws_config)]
+            cmd += ["--config", _arg(ws_config)]
         cmd += QUICK_WARMSTART if args.quick else []
         if _run(cmd, out / "logs" / "warmstart.log") != 0:
             print(f"error: the warm start failed; see {out / 'logs' / 'warmstart.log'}", file=sys.stderr)
@@ -152,21 +161,21 @@ def main(argv: list[str] | None = None) -> int:
             kept.parent.mkdir(parents=True, exist_ok=True)
             run_dir.rename(kept)
             tqdm.write(f"note: an incomplete earlier attempt of {run_dir.name} was moved to {kept}; starting it afresh")
-        overrides = [f"models.planner={ws_dir / ('single_agent' if arm == 'single_agent' else 'planner')}",
-                     f"models.sub={ws_dir / 'sub_agent'}"]
+        overrides = [f"models.planner={_arg(ws_dir / ('single_agent' if arm == 'single_agent' else 'planner'))}",
+                     f"models.sub={_arg(ws_dir / 'sub_agent')}"]
         trainer = load_yaml(config).get("trainer", arm)
-        cmd = [sys.executable, "-m", "harness", "train", "--trainer", str(trainer), "--config", str(config),
+        cmd = [sys.executable, "-m", "harness", "train", "--trainer", str(trainer), "--config", _arg(config),
                "--seed", str(seed),
-               "--run-dir", str(run_dir), *overrides, *(QUICK_TRAIN if args.quick else [])]
+               "--run-dir", _arg(run_dir), *overrides, *(QUICK_TRAIN if args.quick else [])]
         rc = _run(cmd, out / "logs" / f"{arm}-seed{seed}.log")
         if rc != 0:
             failed.append(f"{arm} seed {seed} (exit {rc}; see {out / 'logs' / f'{arm}-seed{seed}.log'})")
             tqdm.write(f"run failed: {failed[-1]}")
 
     print("[3/3] report ...", flush=True)
-    from harness.report import main as report_main
-
-    rc = report_main(["--runs", str(runs_dir), "--out", str(report), "--title", report_title(args)])
+    # A child in the repository like the runs, so the report names the runs folder as the runs do.
+    rc = subprocess.run([sys.executable, "-m", "harness.report", "--runs", _arg(runs_dir), "--out", _arg(report),
+                         "--title", report_title(args)], cwd=ROOT).returncode
     print(f"done in {time.perf_counter() - t0:.0f} s; report: {report / 'report.md'}", flush=True)
     if failed:
         print("failed runs:\n  " + "\n  ".join(failed), file=sys.stderr)

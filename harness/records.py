@@ -651,6 +651,22 @@ def _git(repo: Path, *args: str) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
+def portable_argv(argv: list[str], repo_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """``argv`` with this repository's absolute path written relative to it (``python -m harness`` puts
+    the absolute path of ``__main__.py`` in ``argv[0]``), so committed records name no machine's folders.
+
+    Only the repository prefix is rewritten, in plain arguments and in ``key=value`` overrides; a path
+    elsewhere on the machine is the user's and stays as given."""
+    repo = str(Path(repo_dir) if repo_dir is not None else Path(__file__).resolve().parent.parent).rstrip("/") + "/"
+
+    def one(arg: str) -> str:
+        if arg.startswith(repo):
+            return arg[len(repo):]
+        key, eq, value = arg.partition("=")
+        return f"{key}={value[len(repo):]}" if eq and value.startswith(repo) else arg
+    return [one(a) for a in argv]
+
+
 def git_state(repo_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """``{"commit", "dirty", "branch"}`` of the repository at ``repo_dir`` (default: this code's).
 
@@ -712,7 +728,7 @@ def write_provenance(run_dir: str | os.PathLike[str], config: Any, seeds: int | 
         "versions": {"python": platform.python_version(), **package_versions(packages)},
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
                  "machine": platform.machine(), "cpu_count": os.cpu_count()},
-        "argv": list(sys.argv),
+        "argv": portable_argv(sys.argv, repo_dir),
         "config": _plain(config),
         **{k: _plain(v) for k, v in extra.items()},
     }

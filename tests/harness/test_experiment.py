@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +59,17 @@ def test_committed_reference_report_is_labelled_and_traceable():
     assert list((report / "figures").glob("*.png")), "the figures are committed next to report.md"
     for arm in ("single_agent", "frozen_sub", "mgrpo"):
         assert arm in text
+    # No folder of the machine that wrote it (the runs were launched with repository-relative paths):
+    # any absolute path left must be a system program named in a config (e.g. /usr/bin/chromium).
+    absolute = re.compile(r"(?<![\w.:/])/(?:[\w.-]+/)+[\w.-]*")
+    html = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", (report / "report.html").read_text())
+    for name, body in (("report.md", text), ("report.json", (report / "report.json").read_text()), ("report.html", html)):
+        found = {p for p in absolute.findall(body) if not p.startswith("/usr/") and p != "/eval/"}
+        assert not found, f"{name} names absolute paths: {sorted(found)[:5]}"
+
+
+def test_child_command_lines_name_repository_paths_relative_to_it(tmp_path):
+    from harness.experiment import ROOT, _arg
+
+    assert _arg(ROOT / "runs" / "experiment-tiny" / "warmstart") == "runs/experiment-tiny/warmstart"
+    assert _arg(tmp_path / "exp") == str(tmp_path / "exp")  # outside the repository: as given

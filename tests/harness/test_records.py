@@ -264,6 +264,20 @@ def test_provenance_captures_git_commit_dirty_flag_versions_and_config(tmp_path:
     assert rec.git_state(repo)["dirty"] is True
 
 
+def test_provenance_argv_names_repository_paths_relative_to_it(tmp_path: Path, monkeypatch):
+    """``python -m harness`` puts the absolute path of ``__main__.py`` in argv[0]; committed records must not
+    carry the machine's folders (issue 7), while a path outside the repository is the user's and stays."""
+    repo = tmp_path / "repo"
+    argv = [f"{repo}/harness/__main__.py", "train", "--config", f"{repo}/baselines/configs/tiny/mgrpo.yaml",
+            f"models.planner={repo}/runs/ws/planner", "--run-dir", "/elsewhere/run", "x=1", f"{repo}x/other"]
+    assert rec.portable_argv(argv, repo) == [
+        "harness/__main__.py", "train", "--config", "baselines/configs/tiny/mgrpo.yaml",
+        "models.planner=runs/ws/planner", "--run-dir", "/elsewhere/run", "x=1", f"{repo}x/other"]
+    monkeypatch.setattr(sys, "argv", argv)
+    doc = rec.write_provenance(tmp_path / "runs" / "r", {}, [0], trainer="mgrpo", repo_dir=repo, packages=())
+    assert doc["argv"][0] == "harness/__main__.py"
+
+
 def test_provenance_tolerates_no_git_and_accepts_dataclass_config(tmp_path: Path):
     from dataclasses import dataclass
 
