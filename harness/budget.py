@@ -11,7 +11,8 @@ preset's own scripted-expert demonstrations, which the warm-started policies imi
   batched prefill and the seconds of one batched decode step, at the batch sizes the rollouts use.
 * **Episode shape** (:class:`EpisodeShape`, from the demonstrations): planner turns, sub-agent calls
   per episode, sub-agent turns per call, model tokens per turn, sequence lengths.
-* **Warm start** = SFT tokens x epochs x s/token + the check's episodes.
+* **Warm start** = SFT tokens (each batch padded to its longest transcript) x epochs x s/token + the
+  check's episodes.
 * **One training run** = role start-up + planner steps x (rollout + optimizer steps) + evaluations.
   A rollout is a sequence of *turn batches* (DESIGN §2: all pending turns of a group go to the
   model together): the planner's turns, and for each planner turn that delegates, the sub-agent's
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 #: Role start-up (world server, model loading, TRL set-up) per training run, seconds; measured
@@ -40,6 +41,10 @@ RUN_STARTUP_S = 25.0
 REPORT_S = 20.0
 #: Longest turn of a batch / mean turn length (see the module docstring).
 LONGEST_TURN_FACTOR = 1.5
+#: TRL's SFTTrainer step over a bare forward/backward/AdamW step at the same shape (it also computes
+#: entropy and token accuracy over the vocabulary each step, collates, logs); measured 1.75 on two
+#: tiny joint warm starts (2026-12-03: 888 s vs 507 s and 662 s vs 376 s from the bare calibration).
+SFT_OVERHEAD = 1.75
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,21 @@ class EpisodeShape:
         return cls(planner_turns=planner_turns, sub_calls=len(sub) / max(1, len(planner)), sub_turns=sub_turns,
                    tokens_per_turn=sum(model_tokens) / max(1.0, turns), planner_len=mean_len(planner),
                    sub_len=mean_len(sub), planner_sequences=len(planner), sub_sequences=len(sub))
+
+
+    def capped(self, rollout: Any, *, multi_agent: bool) -> "EpisodeShape":
+        """The shape under a training preset's limits (``rollout``: a RolloutConfig). The demonstrations
+        are uncapped; a preset with ``planner_turns: 4`` cuts a single-agent episode of ~9 turns to 4."""
+        if multi_agent:
+            return replace(self, planner_turns=min(self.planner_turns, rollout.planner_turns),
+                           sub_turns=min(self.sub_turns, rollout.sub_turns),
+                           sub_calls=min(self.sub_calls, rollout.max_delegations),
+                           sub_len=min(self.sub_len, rollout.context_tokens))
+        # the single agent does the sub-agent's turns in its own episode, under the planner's turn limit
+        turns = self.planner_turns + self.sub_calls * self.sub_turns
+        kept = min(1.0, rollout.planner_turns / max(1.0, turns))
+        return replace(self, planner_turns=turns * kept, sub_calls=0.0,
+                       planner_len=min(rollout.context_tokens, (self.planner_len + self.sub_calls * self.sub_len) * kept))
 
 
 def _timed(fn: Any, repeats: int) -> float:
@@ -137,30 +157,50 @@ def calibrate(model: Any, *, sft_batch: int, sft_len: int, decode_batch: int, pr
                        decode_batch=decode_batch)
 
 
-def warmstart_seconds(shape: EpisodeShape, cal: Calibration, *, epochs: float, n_agents: int,
+def padded_tokens(lengths: list[int], batch_size: int, *, grouped: bool = False, shuffles: int = 8,
+                  seed: int = 0) -> float:
+    """Tokens one epoch of SFT actually computes: each batch is padded to its longest sequence, and the
+    batches are drawn in a random order (mean over ``shuffles`` orders). Mixed lengths (a joint warm
+    start mixes short planner and long single-agent transcripts) make this up to ~2x the raw tokens.
+    ``grouped``: transformers' LengthGroupedSampler (random mega-batches of up to 50 batches, sorted
+    by length inside), which leaves little padding."""
+    import random
+
+    if not lengths:
+        return 0.0
+    total = 0
+    rng = random.Random(seed)
+    for _ in range(shuffles):
+        order = list(lengths)
+        rng.shuffle(order)
+        if grouped:
+            mega = batch_size * max(1, min(len(order) // (batch_size * 4), 50))
+            order = [n for i in range(0, len(order), mega) for n in sorted(order[i:i + mega], reverse=True)]
+        total += sum(max(order[i:i + batch_size]) * len(order[i:i + batch_size])
+                     for i in range(0, len(order), batch_size))
+    return total / shuffles
+
+
+def warmstart_seconds(sft_tokens: dict[str, float], cal: Calibration, *, epochs: float, shape: EpisodeShape,
                       check_tasks: int, max_new_tokens: int) -> dict[str, float]:
-    """SFT of ``n_agents`` agents (planner, sub-agent, single agent ~ planner + sub) and the check."""
-    tokens = {"planner": shape.planner_sequences * shape.planner_len,
-              "sub_agent": shape.sub_sequences * shape.sub_len}
-    tokens["single_agent"] = tokens["planner"] + tokens["sub_agent"]
-    agents = list(tokens)[:n_agents] if n_agents < 3 else list(tokens)
-    out = {f"sft_{a}_s": tokens[a] * epochs * cal.sft_s_per_token for a in agents}
+    """The SFT runs (``sft_tokens``: padded tokens per epoch of each, see :func:`padded_tokens`) and the check."""
+    out = {f"sft_{name}_s": tokens * epochs * cal.sft_s_per_token * SFT_OVERHEAD for name, tokens in sft_tokens.items()}
     # the check: greedy and sampled, K = 1, batched over the check tasks
     per_episode = rollout_seconds(shape, cal, batch=check_tasks, max_new_tokens=max_new_tokens)
     out["check_s"] = 2 * per_episode if check_tasks else 0.0
     return out
 
 
-def rollout_seconds(shape: EpisodeShape, cal: Calibration, *, batch: int, max_new_tokens: int,
-                    multi_agent: bool = True) -> float:
-    """One group of ``batch`` episodes, batched per turn (see the module docstring)."""
+def rollout_seconds(shape: EpisodeShape, cal: Calibration, *, batch: int, max_new_tokens: int) -> float:
+    """One group of ``batch`` episodes, batched per turn (see the module docstring). A single-agent
+    episode is a shape with ``sub_calls = 0`` (:meth:`EpisodeShape.capped` folds the sub-agent's turns in)."""
     turn_tokens = min(float(max_new_tokens), LONGEST_TURN_FACTOR * shape.tokens_per_turn)
     decode_scale = max(1.0, batch / cal.decode_batch) ** 0.5  # decode steps grow slowly with the batch on CPU
     per_turn_batch = turn_tokens * cal.decode_s_per_step * decode_scale
     planner = shape.planner_turns * (per_turn_batch + batch * shape.planner_len / max(1.0, shape.planner_turns)
                                      * cal.prefill_s_per_token)
-    if not multi_agent:  # the single agent does the sub-agent's turns in its own episode
-        return planner + shape.sub_calls * shape.sub_turns * per_turn_batch
+    if not shape.sub_calls:
+        return planner
     sub_batches = max(0.0, shape.planner_turns - 1) * shape.sub_turns  # delegating planner turns x sub turns
     sub_prefill = batch * shape.sub_calls * shape.sub_len * cal.prefill_s_per_token
     return planner + sub_batches * per_turn_batch + sub_prefill
@@ -171,15 +211,14 @@ def run_seconds(train_cfg: Any, shape: EpisodeShape, cal: Calibration, *, sub_tr
     """One ``python -m harness train`` run of ``train_cfg`` (a :class:`TrainConfig`)."""
     steps = train_cfg.planner_steps
     batch = train_cfg.planner_groups * train_cfg.k
-    rollout = rollout_seconds(shape, cal, batch=batch, max_new_tokens=train_cfg.rollout.max_new_tokens,
-                              multi_agent=multi_agent)
-    seq = shape.planner_len + (0.0 if multi_agent else shape.sub_calls * shape.sub_len)
-    train = 3 * batch * seq * cal.sft_s_per_token
+    shape = shape.capped(train_cfg.rollout, multi_agent=multi_agent)
+    rollout = rollout_seconds(shape, cal, batch=batch, max_new_tokens=train_cfg.rollout.max_new_tokens)
+    train = 3 * batch * shape.planner_len * cal.sft_s_per_token
     if sub_trains:  # the sub role trains in its own process, mostly while the planner generates
         train += 0.5 * 3 * batch * shape.sub_calls * shape.sub_len * cal.sft_s_per_token
     n_evals = (steps // train_cfg.eval.every + 1) if train_cfg.eval.every else 0
     n_eval_tasks = train_cfg.eval.n_tasks * len(train_cfg.tasks.benchmarks)
-    eval_s = n_evals * rollout_seconds(shape, cal, batch=n_eval_tasks, multi_agent=multi_agent,
+    eval_s = n_evals * rollout_seconds(shape, cal, batch=n_eval_tasks,
                                        max_new_tokens=train_cfg.eval.max_new_tokens or train_cfg.rollout.max_new_tokens)
     return {"startup_s": RUN_STARTUP_S, "steps_s": steps * (rollout + train), "eval_s": eval_s}
 
@@ -209,6 +248,15 @@ def estimate_experiment(ws_cfg: Any, arms: dict[str, Any], seeds: int, *, warmst
     shape = EpisodeShape.from_examples(
         planner_x, sub_x,
         planner_turns=_mean_turns(prep.demos.planner), sub_turns=_mean_turns(prep.demos.sub_agent))
+    # The SFT runs exactly as run_warmstart builds them (joint or per agent, repeats, length cap).
+    runs = [("joint", list(ws_cfg.agents))] if ws_cfg.joint else [(a, [a]) for a in ws_cfg.agents]
+    sft_lengths = {name: [n for a in agents for x in prep.examples(a) * ws_cfg.repeat.get(a, 1)
+                          if (n := len(x["input_ids"])) <= ws_cfg.max_length] for name, agents in runs}
+    sft_tokens = {name: padded_tokens(ls, ws_cfg.batch_size, grouped=ws_cfg.group_by_length, seed=ws_cfg.seed)
+                  for name, ls in sft_lengths.items()}
+    n_rows = sum(len(ls) for ls in sft_lengths.values())
+    # calibrated at the mean padded row length: attention makes long rows dearer per token
+    sft_len = int(sum(sft_tokens.values()) / max(1, n_rows))
     model, _ = load_model(prep.spec, corpus=prep.corpus)
     threads_before = torch.get_num_threads()
     any_cfg = next(iter(arms.values()), None)
@@ -216,7 +264,7 @@ def estimate_experiment(ws_cfg: Any, arms: dict[str, Any], seeds: int, *, warmst
     try:
         if ws_cfg.threads:
             torch.set_num_threads(ws_cfg.threads)
-        cal_ws = calibrate(model, sft_batch=ws_cfg.batch_size, sft_len=max(16, int(shape.sub_len)),
+        cal_ws = calibrate(model, sft_batch=ws_cfg.batch_size, sft_len=max(16, sft_len),
                            decode_batch=max(1, min(ws_cfg.eval_tasks, 64)), prompt_len=max(16, int(shape.planner_len)))
         torch.set_num_threads(any_cfg.threads if any_cfg is not None else threads_before)
         cal_run = calibrate(model, sft_batch=batch, sft_len=max(16, int(shape.planner_len)), decode_batch=batch,
@@ -225,8 +273,9 @@ def estimate_experiment(ws_cfg: Any, arms: dict[str, Any], seeds: int, *, warmst
         torch.set_num_threads(threads_before)
     stages: dict[str, float] = {}
     if not warmstart_done:
-        ws = warmstart_seconds(shape, cal_ws, epochs=ws_cfg.epochs if ws_cfg.max_steps <= 0 else _epochs_of_steps(ws_cfg, shape),
-                               n_agents=len(ws_cfg.agents), check_tasks=ws_cfg.eval_tasks,
+        largest = max((len(ls) for ls in sft_lengths.values()), default=1)
+        epochs = ws_cfg.epochs if ws_cfg.max_steps <= 0 else ws_cfg.max_steps * ws_cfg.batch_size / max(1, largest)
+        ws = warmstart_seconds(sft_tokens, cal_ws, epochs=epochs, shape=shape, check_tasks=ws_cfg.eval_tasks,
                                max_new_tokens=ws_cfg.eval_max_new_tokens)
         stages["warm start"] = sum(ws.values()) + sum(prep.stages.values())
     for name, cfg in arms.items():
@@ -243,9 +292,3 @@ def estimate_experiment(ws_cfg: Any, arms: dict[str, Any], seeds: int, *, warmst
 def _mean_turns(transcripts: list[list[dict[str, str]]]) -> float:
     counts = [sum(1 for m in t if m["role"] == "assistant") for t in transcripts]
     return statistics.fmean(counts) if counts else 0.0
-
-
-def _epochs_of_steps(ws_cfg: Any, shape: EpisodeShape) -> float:
-    """``max_steps`` expressed as passes over the larger agent's demonstrations."""
-    n = max(shape.planner_sequences, shape.sub_sequences, 1)
-    return ws_cfg.max_steps * ws_cfg.batch_size / n

@@ -270,8 +270,11 @@ def build_toolbox(cfg: TrainConfig, world_url: str) -> Any:
     from harness.world.generator import generate_world
     from harness.world.search import SearchIndex
 
+    from harness.tools.toolbox import AddressedToolbox
+
     world = generate_world(seed=cfg.world.seed, size=cfg.world.size)
-    return _build(cfg.tools, SearchIndex.build(world), world_url)
+    toolbox = _build(cfg.tools, SearchIndex.build(world), world_url)
+    return AddressedToolbox(toolbox, cfg.world.address, world_url) if cfg.world.address else toolbox
 
 
 def last_checkpoint(out_dir: Path) -> str | None:
@@ -320,7 +323,7 @@ class PlannerRollout:
     def question(self, task: dict[str, Any]) -> str:
         from harness.world.tasks import rebase, task_prompt
 
-        return task_prompt(rebase(task, self.world_url))
+        return task_prompt(rebase(task, self.cfg.world.address or self.world_url))
 
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, Any]:
         from harness.rollout import Query

@@ -57,6 +57,15 @@ class WorldSection:
 
     seed: int = help_field(0, "world seed")
     size: Literal["tiny", "small", "default"] = help_field("tiny", "world preset")
+    address: str | None = help_field(None, "the world's stable address as the agents see it in tasks, search results "
+                                     "and pages (e.g. http://world.local, the address the warm-start demonstrations "
+                                     "use); the tools map it to the live server. null: show the live server's "
+                                     "http://127.0.0.1:<port>, which changes from run to run")
+
+    def validate(self) -> None:
+        if self.address is not None and not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:\d+)?", self.address):
+            raise ConfigError(f"world.address={self.address!r}: give scheme and host only, e.g. http://world.local "
+                              "(or null for the live server's address)")
 
 
 @dataclass

@@ -160,6 +160,36 @@ class WebToolbox:
         return None
 
 
+class AddressedToolbox:
+    """The offline world under a stable address: agents see ``public`` (e.g. ``http://world.local``) in
+    tasks, search results and pages, while visits go to the server actually running at ``live``.
+
+    Why: the world server listens on a free port chosen at start, so without this the URLs an agent sees
+    change from run to run, and what a warm start learned from demonstrations written at generation
+    time (``http://world.local/...``) is refused by the allowlist during RL. Only URLs under ``public``
+    are mapped; every other URL reaches the inner toolbox unchanged, so its allowlist still decides.
+    """
+
+    def __init__(self, inner: Any, public: str, live: str) -> None:
+        self.inner = inner
+        self.public = public.rstrip("/")
+        self.live = live.rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"AddressedToolbox({self.public} -> {self.live}, {self.inner!r})"
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+    def call(self, name: str, arguments: dict[str, Any]) -> str:
+        url = arguments.get("url") if isinstance(arguments, dict) else None
+        if name == "visit" and isinstance(url, str) and (url == self.public or url.startswith(self.public + "/")):
+            arguments = {**arguments, "url": self.live + url[len(self.public):]}
+        return self.inner.call(name, arguments).replace(self.live, self.public)
+
+
 def build_toolbox(
     config: ToolsConfig,
     search_backend: Any | None = None,

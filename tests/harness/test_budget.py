@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from harness.budget import (
-    Calibration, EpisodeShape, calibrate, format_breakdown, rollout_seconds, warmstart_seconds,
+    SFT_OVERHEAD,
+    Calibration, EpisodeShape, calibrate, format_breakdown, padded_tokens, rollout_seconds,
+    warmstart_seconds,
 )
 
 CAL = Calibration(sft_s_per_token=1e-4, prefill_s_per_token=1e-5, decode_s_per_step=0.01, decode_batch=16)
@@ -16,10 +18,28 @@ SHAPE = EpisodeShape(planner_turns=3, sub_calls=2, sub_turns=3, tokens_per_turn=
 
 
 def test_warmstart_seconds_by_hand():
-    out = warmstart_seconds(SHAPE, CAL, epochs=2, n_agents=2, check_tasks=0, max_new_tokens=96)
-    assert out["sft_planner_s"] == pytest.approx(100 * 500 * 2 * 1e-4)  # 10 s
-    assert out["sft_sub_agent_s"] == pytest.approx(200 * 800 * 2 * 1e-4)  # 32 s
-    assert out["check_s"] == 0.0 and "sft_single_agent_s" not in out
+    out = warmstart_seconds({"planner": 50_000, "joint": 160_000}, CAL, epochs=2, shape=SHAPE, check_tasks=0,
+                            max_new_tokens=96)
+    # padded tokens x epochs x calibrated s/token x TRL's measured overhead
+    assert out["sft_planner_s"] == pytest.approx(50_000 * 2 * 1e-4 * SFT_OVERHEAD)  # 10 s x 1.75
+    assert out["sft_joint_s"] == pytest.approx(160_000 * 2 * 1e-4 * SFT_OVERHEAD)  # 32 s x 1.75
+    assert out["check_s"] == 0.0 and len(out) == 3
+
+
+def test_padded_tokens_pads_each_batch_to_its_longest():
+    # equal lengths: no padding, whatever the order
+    assert padded_tokens([10] * 8, 4) == 80
+    # one batch: everything padded to the longest
+    assert padded_tokens([1, 2, 3, 10], 4) == 40
+    # batch size 1: no padding; a last partial batch counts only its rows
+    assert padded_tokens([5, 7, 9], 1) == 21 and padded_tokens([10] * 5, 4) == 50
+    # mixed lengths in batches of 2: between the raw tokens and all-padded-to-the-longest
+    mixed = [100, 100, 1000, 1000]
+    assert sum(mixed) < padded_tokens(mixed, 2, shuffles=50) < 4 * 1000
+    # grouped by length (sorted inside each mega-batch of 50 batches): short rows pair with short ones,
+    # except at most one mixed pair per mega-batch
+    rows = mixed * 50
+    assert padded_tokens(rows, 2, grouped=True) <= sum(rows) + 2 * 900 * 2 < padded_tokens(rows, 2)
 
 
 def test_rollout_seconds_by_hand():
@@ -63,3 +83,18 @@ def test_over_budget_preset_is_refused_before_it_starts(tmp_path, capsys):
     assert "over the budget of 0.01 min" in captured.err and "nothing was started" in captured.err
     assert "warm start" in captured.out and "mgrpo x 1" in captured.out
     assert not out.exists()  # nothing ran: no warm start, no run directory
+
+
+def test_shape_capped_by_the_presets_limits():
+    from harness.rollout import RolloutConfig
+
+    limits = RolloutConfig(planner_turns=4, sub_turns=2, max_delegations=1, context_tokens=700)
+    multi = SHAPE.capped(limits, multi_agent=True)
+    assert (multi.planner_turns, multi.sub_turns, multi.sub_calls, multi.sub_len) == (3, 2, 1, 700)
+    # single agent: 3 + 2 x 3 = 9 turns cut to 4, its context (500 + 2 x 800) cut in proportion
+    single = SHAPE.capped(limits, multi_agent=False)
+    assert single.planner_turns == pytest.approx(4) and single.sub_calls == 0
+    assert single.planner_len == pytest.approx(min(700, 2100 * 4 / 9))
+    # an uncapped single agent costs its planner turns plus the sub-agent's turns, no sub prefill
+    loose = SHAPE.capped(RolloutConfig(planner_turns=20, context_tokens=8000), multi_agent=False)
+    assert rollout_seconds(loose, CAL, batch=16, max_new_tokens=96) == pytest.approx(9 * (0.3 + 16 * 2100 / 9 * 1e-5))

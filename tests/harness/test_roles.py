@@ -97,6 +97,34 @@ def _cfg(tmp_path, mode: str = "query", **over) -> TrainConfig:
     return from_dict(TrainConfig, data)
 
 
+def test_world_address_is_what_the_agents_see_in_tasks_search_and_pages(tmp_path):
+    """``world.address`` (issue 8): the stable address of the warm-start demonstrations in the question,
+    the search results and the pages, whatever port the world server got; visits reach the live server."""
+    from harness.role import PlannerRollout, build_toolbox, load_tasks
+    from harness.world.generator import generate_world
+    from harness.world.server import WorldServer
+
+    cfg = _cfg(tmp_path, world={"address": "http://world.local"}, tasks={"benchmarks": ["webwalkerqa"]})
+    with WorldServer(generate_world(seed=0, size="tiny")) as world:
+        toolbox = build_toolbox(cfg, world.base_url)
+        try:
+            hits = toolbox.call("search", {"query": "founded"})
+            url = hits.split("URL: ", 1)[1].split()[0]
+            assert url.startswith("http://world.local/") and world.base_url not in hits
+            page = toolbox.call("visit", {"url": url})
+            assert not page.startswith("Error") and world.base_url not in page
+        finally:
+            toolbox.close()
+        tasks, _ = load_tasks(cfg)
+        task = next(iter(tasks.values()))
+        question = PlannerRollout(cfg, tasks, None, world.base_url, None, None, None, {}).question(task)
+        assert "Start from this website: http://world.local/" in question, question
+        # without an address the agents see the live server (the old behaviour, still the default)
+        plain = _cfg(tmp_path, tasks={"benchmarks": ["webwalkerqa"]})
+        assert world.base_url in PlannerRollout(plain, tasks, None, world.base_url, None, None, None,
+                                                {}).question(task)
+
+
 @pytest.fixture()
 def sub_setup(tmp_path):
     import torch

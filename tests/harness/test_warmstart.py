@@ -10,7 +10,8 @@ import pytest
 from harness.agents.parsing import ToolCall, parse_turn
 from harness.agents.prompts import EpisodeTokens, agent_prompt, initial_messages
 from harness.models import load_model
-from harness.warmstart import expert_demonstrations, main, tokenize_transcript
+from harness.config import load_config
+from harness.warmstart import WarmstartConfig, expert_demonstrations, main, prepare, tokenize_transcript
 from harness.world.generator import generate_world
 from harness.world.tasks import TaskConfig, generate_tasks
 from harness.world.toolbox import WorldToolbox
@@ -84,11 +85,18 @@ def test_joint_warmstart_trains_one_model_saved_as_every_agent(tmp_path):
     import torch
 
     out = tmp_path / "ws"
-    rc = main(["--out", str(out), "joint=true", "n_train_tasks=2", "n_test_tasks=1", "eval_tasks=1", "max_steps=2",
-               "batch_size=2", "world_size=tiny", "eval_max_new_tokens=8", "agents=[planner,sub_agent]"])
+    args = ["joint=true", "n_train_tasks=2", "n_test_tasks=1", "eval_tasks=1", "max_steps=2", "batch_size=2",
+            "world_size=tiny", "eval_max_new_tokens=8", "agents=[planner,sub_agent]", "repeat={planner: 3}",
+            "group_by_length=true"]
+    rc = main(["--out", str(out), *args])
     assert rc == 0
     summary = json.loads((out / "warmstart.json").read_text())
     assert list(summary["agents"]) == ["joint"] and summary["agents"]["joint"]["steps"] == 2
+    # the planner's transcripts count three times (repeat), the sub-agent's once
+    prep = prepare(load_config(WarmstartConfig, None, args))
+    n_planner, n_sub = len(prep.examples("planner")), len(prep.examples("sub_agent"))
+    joint = summary["agents"]["joint"]
+    assert joint["n_examples"] + joint["dropped_too_long"] == 3 * n_planner + n_sub and n_planner >= 1
     planner, _ = load_model(str(out / "planner"))
     sub, _ = load_model(str(out / "sub_agent"))
     for (name, a), (_, b) in zip(planner.state_dict().items(), sub.state_dict().items()):
@@ -102,6 +110,8 @@ def test_bad_config_is_a_clear_error(tmp_path, capsys):
     assert "unknown ['critic']" in capsys.readouterr().err
     assert main(["--out", str(tmp_path), "nosie=0.1"]) == 2
     assert "unknown key(s) ['nosie']" in capsys.readouterr().err
+    assert main(["--out", str(tmp_path), "repeat={planer: 2}"]) == 2
+    assert "repeat={'planer': 2}: keys are agents" in capsys.readouterr().err
 
 
 def test_bad_expert_and_filters_are_clear_errors(tmp_path, capsys):

@@ -147,3 +147,21 @@ def test_real_web_toolbox(monkeypatch) -> None:
             assert "local or private network address" in tb.call("visit", {"url": stub.base_url + "/search"})
             assert tb.visit.allowlist.allow_all_hosts
             assert secret not in repr(tb)
+
+
+def test_addressed_toolbox_shows_the_stable_address_and_visits_the_live_server(toolbox: WebToolbox,
+                                                                               sites: Sites) -> None:  # noqa: F811
+    """``world.address`` (issue 8): agents see http://world.local whatever port the server got; the tools map it."""
+    from harness.tools.toolbox import AddressedToolbox
+
+    tb = AddressedToolbox(toolbox, "http://world.local", sites.site.base_url)
+    assert tb.call("search", {"query": "ardent"}) == "[1] Ardent Labs\nURL: http://world.local/article.html\nabout ardent"
+    page = tb.call("visit", {"url": "http://world.local/article.html"})
+    assert page == toolbox.call("visit", {"url": sites.site.url("/article.html")}).replace(sites.site.base_url,
+                                                                                         "http://world.local")
+    assert page.startswith("# Ardent Labs") and sites.site.base_url not in page
+    # other hosts are not mapped: the inner allowlist still refuses them (and the error names the stable address)
+    out = tb.call("visit", {"url": sites.foreign.url("/article.html")})
+    assert out.startswith(f"Error: URL not allowed: host '{sites.foreign.host}'")
+    assert tb.call("visit", {"url": "http://world.local.evil/article.html"}).startswith("Error: URL not allowed")
+    assert tb.call("visit", {"url": None}).startswith("Error:")  # bad calls stay error observations
