@@ -64,6 +64,10 @@ class WarmstartConfig:
     demo_worlds: int = help_field(0, "extra worlds (fresh entities, seeds derived from world_seed) whose tasks "
                                   "add demonstrations, so the model learns to copy names instead of memorising them")
     demo_world_size: str = help_field("tiny", "world preset of the extra demonstration worlds")
+    tokenizer_worlds: int = help_field(0, "tiny only: extra worlds (the demo worlds' seeds) whose pages the BPE tokenizer "
+                                       "is also trained on, so its merges are syllables many names share instead of "
+                                       "whole names: a held-out name that is one token of its own has an embedding no "
+                                       "demonstration trained, and the model cannot write it")
     n_demos: int | None = help_field(None, "cap on demonstration tasks over all worlds (null = all), drawn "
                                      "evenly by template")
     search_top_k: int = help_field(5, "hits per search call in the demonstrations and the check (use the same value "
@@ -104,8 +108,8 @@ class WarmstartConfig:
             raise ConfigError(f"benchmarks={self.benchmarks}: choose one or more of gaia, webwalkerqa, xbench")
         if self.search_top_k < 1:
             raise ConfigError(f"search_top_k={self.search_top_k} must be >= 1")
-        if self.demo_worlds < 0 or (self.n_demos is not None and self.n_demos < 1):
-            raise ConfigError("demo_worlds must be >= 0 and n_demos >= 1 or null")
+        if self.demo_worlds < 0 or self.tokenizer_worlds < 0 or (self.n_demos is not None and self.n_demos < 1):
+            raise ConfigError("demo_worlds and tokenizer_worlds must be >= 0, n_demos >= 1 or null")
         bad_repeat = {a: n for a, n in self.repeat.items() if a not in AGENTS or not isinstance(n, int) or n < 1}
         if bad_repeat:
             raise ConfigError(f"repeat={bad_repeat}: keys are agents {list(AGENTS)}, values integers >= 1")
@@ -416,7 +420,11 @@ def prepare(cfg: WarmstartConfig) -> Prepared:
     stages["expert_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    corpus = tokenizer_corpus(world, train + test) if cfg.model == "tiny" else None
+    corpus = None
+    if cfg.model == "tiny":
+        corpus = tokenizer_corpus(world, train + test)
+        for i in range(cfg.tokenizer_worlds):
+            corpus += tokenizer_corpus(generate_world(seed=demo_world_seed(cfg.world_seed, i), size=cfg.demo_world_size), [])
     spec = ModelSpec(name=cfg.model, seed=cfg.seed)
     _, tokenizer = load_model(spec, corpus=corpus)
     stages["model_s"] = time.perf_counter() - t0

@@ -148,3 +148,12 @@ def test_demo_worlds_add_fresh_entities_and_never_a_held_out_answer():
     # the check's tools list 3 hits per search, as the training preset's tools do
     hits = [m["content"] for msgs in prep.demos.sub_agent for m in msgs if m["role"] == "tool" and "URL:" in m["content"]]
     assert hits and all(h.count("URL:") <= 3 for h in hits)
+
+
+def test_tokenizer_worlds_add_other_worlds_pages_to_the_tiny_tokenizer_corpus():
+    small = ["n_train_tasks=2", "n_test_tasks=1", "world_size=tiny", "benchmarks=[gaia]"]
+    base = prepare(load_config(WarmstartConfig, None, small))
+    more = prepare(load_config(WarmstartConfig, None, [*small, "tokenizer_worlds=1"]))
+    extra = set(more.corpus) - set(base.corpus)
+    assert len(more.corpus) > len(base.corpus) and extra  # the other world's pages
+    assert base.demos.n_tasks == more.demos.n_tasks  # the demonstrations are the same tasks
