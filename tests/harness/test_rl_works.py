@@ -84,6 +84,8 @@ FIRST, LAST = 1, 3
 RUN_OVERRIDES = [
     "tasks.benchmarks=[gaia]", f"tasks.n_train={N_TRAIN}", f"tasks.n_test={N_TEST}", "tasks.max_hops=1",
     f"tasks.limit={N_QUESTIONS}", f"world.seed={WORLD['seed']}", f"world.size={WORLD['size']}",
+    # the agents see the served URL, which the demonstrations were written against (not the presets' world.local)
+    "world.address=null",
     "rollout.k=8", f"planner.groups_per_step={N_QUESTIONS}", "alignment.d=1", "rollout.temperature=0.7",
     "rollout.planner_turns=3", "rollout.sub_turns=4", "rollout.max_new_tokens=96",
     f"tools.search_top_k={SEARCH_TOP_K}", f"tools.max_chars={MAX_CHARS}", "tools.visit_backend=direct",
