@@ -248,10 +248,8 @@ def estimate_experiment(ws_cfg: Any, arms: dict[str, Any], seeds: int, *, warmst
     shape = EpisodeShape.from_examples(
         planner_x, sub_x,
         planner_turns=_mean_turns(prep.demos.planner), sub_turns=_mean_turns(prep.demos.sub_agent))
-    # The SFT runs exactly as run_warmstart builds them (joint or per agent, repeats, length cap).
-    runs = [("joint", list(ws_cfg.agents))] if ws_cfg.joint else [(a, [a]) for a in ws_cfg.agents]
-    sft_lengths = {name: [n for a in agents for x in prep.examples(a) * ws_cfg.repeat.get(a, 1)
-                          if (n := len(x["input_ids"])) <= ws_cfg.max_length] for name, agents in runs}
+    # The fine-tunings exactly as run_warmstart builds them (joint or per agent, repeats, length cap).
+    sft_lengths = {name: [len(x["input_ids"]) for x in kept] for name, _, kept, _ in prep.sft_runs(ws_cfg)}
     sft_tokens = {name: padded_tokens(ls, ws_cfg.batch_size, grouped=ws_cfg.group_by_length, seed=ws_cfg.seed)
                   for name, ls in sft_lengths.items()}
     n_rows = sum(len(ls) for ls in sft_lengths.values())

@@ -266,11 +266,10 @@ def make_backend(model: Any, tokenizer: Any, vllm_url: str | None) -> Any:
 
 
 def build_toolbox(cfg: TrainConfig, world_url: str) -> Any:
+    from harness.tools.toolbox import AddressedToolbox
     from harness.tools.toolbox import build_toolbox as _build
     from harness.world.generator import generate_world
     from harness.world.search import SearchIndex
-
-    from harness.tools.toolbox import AddressedToolbox
 
     world = generate_world(seed=cfg.world.seed, size=cfg.world.size)
     toolbox = _build(cfg.tools, SearchIndex.build(world), world_url)

@@ -392,6 +392,18 @@ class Prepared:
         codec = EpisodeTokens(self.tokenizer, agent_prompt(agent).tools)
         return [tokenize_transcript(codec, m) for m in self.demos.of(agent)]
 
+    def sft_runs(self, cfg: WarmstartConfig) -> list[tuple[str, list[str], list[dict[str, list[int]]], int]]:
+        """The fine-tunings of ``cfg``: ``(name, agents saved from it, examples, dropped)``. One per agent, or
+        (joint) one on every agent's transcripts; an agent's transcripts count ``repeat`` times; examples over
+        ``max_length`` are dropped (their number returned). The warm start and its time estimate both use this."""
+        runs = [("joint", list(cfg.agents))] if cfg.joint else [(agent, [agent]) for agent in cfg.agents]
+        out = []
+        for name, agents in runs:
+            examples = [e for agent in agents for e in self.examples(agent) * cfg.repeat.get(agent, 1)]
+            kept = [e for e in examples if len(e["input_ids"]) <= cfg.max_length]
+            out.append((name, agents, kept, len(examples) - len(kept)))
+        return out
+
 
 def prepare(cfg: WarmstartConfig) -> Prepared:
     """Generate the world and tasks, run the scripted expert and build the tokenizer (seconds)."""
@@ -451,15 +463,12 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
     }
     models: dict[str, Any] = {}
     # One SFT per agent, or (joint) one SFT on every agent's transcripts, saved under each agent's name.
-    runs = [("joint", list(cfg.agents))] if cfg.joint else [(agent, [agent]) for agent in cfg.agents]
-    for name, agents in runs:
-        examples = [e for agent in agents for e in prep.examples(agent) * cfg.repeat.get(agent, 1)]
-        kept = [e for e in examples if len(e["input_ids"]) <= cfg.max_length]
+    for name, agents, kept, dropped in prep.sft_runs(cfg):
         random.Random(cfg.seed).shuffle(kept)
         model, _ = load_model(spec, corpus=corpus)  # a fresh copy of the same initialisation per SFT
-        print(f"[warmstart] {name}: {len(kept)} transcripts ({len(examples) - len(kept)} over max_length)", flush=True)
+        print(f"[warmstart] {name}: {len(kept)} transcripts ({dropped} over max_length)", flush=True)
         stats = sft_train(model, tokenizer, kept, cfg, out / agents[0])
-        stats["dropped_too_long"] = len(examples) - len(kept)
+        stats["dropped_too_long"] = dropped
         for agent in agents[1:]:
             shutil.copytree(out / agents[0], out / agent, ignore=shutil.ignore_patterns("trainer"), dirs_exist_ok=True)
         summary["agents"][name] = stats
