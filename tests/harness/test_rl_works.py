@@ -16,13 +16,14 @@ Design (measured on the shared 2-core CPU, 2026-12; see the module constants for
   ``single_agent/``; each agent is told apart by its own system prompt). The expert has one
   *systematic blind spot*: in a fixed share of its transcripts the agent gives up at once
   (``<answer>Not found</answer>`` without using its tools): planner 3 of 5 (the other two: the
-  full episode, and "the sub-agent said Not found, so answer Not found"), sub-agent 1 of 4,
+  full episode, and "the sub-agent said Not found, so answer Not found"), sub-agent 2 of 4,
   single agent 1 of 3 (:data:`MIXES` ``main``). ``frozen_sub`` starts from a second warm start
   whose sub-agent has no blind spot (``sure_sub``): the frozen sub-agent's success is the ceiling
   of the planner's, and with 1 of 4 it answered ~0.45, so the planner could rise only from ~0.2 to
   that (a CI failure); one shared compromise (1 of 6) left ``mgrpo``'s sub-agent starting at up to
-  0.78 with no room to rise by the margin (the next CI failure). The demonstrations contain the
-  world's URL, whose port changes every run, so the warm starts (and the step-1 values) vary from
+  0.78 with no room to rise by the margin (the next CI failure); 2 of 4 leaves it room on the
+  clean delegations of the evaluation below. The demonstrations contain the
+  world's URL, whose port changes every run, so the warm starts (and the starting values) vary from
   run to run: the margins above are sized for that. All runs are one test, so they share the warm
   starts on one pytest-xdist worker.
   The other errors the expert can make (wrong relation, misread row) were measured
@@ -39,12 +40,20 @@ Design (measured on the shared 2-core CPU, 2026-12; see the module constants for
 * **RL**: K=8 rollouts x 4 questions per step, d=1, 12 steps, lr 2e-4 (constant after a 2-step
   linear warm-up), sampling
   temperature 0.7, ``tools.search_top_k=2``, short turn limits.
-* **Check** (:func:`rose`): mean success over the last 3 steps minus the success of step 1 >=
-  :data:`MARGIN`. Step 1's 32 episodes are the only ones sampled from the warm start itself (one
-  update already moves this tiny policy a lot: in the measured runs step 2 differed between the
-  real and the sign-flipped advantage), so they are the starting value; planner success = the step records' ``correct`` component (the share
-  of the step's K x B episodes answered correctly), sub-agent success = its ``expert`` component
-  (the share of its aligned sub-trajectories whose result the expert judge accepts).
+* **Check** (:func:`rose`): a fixed evaluation of the policies before (the warm start) and after
+  (the run's last checkpoints) training, :data:`EVAL_K` samples per question at the training
+  temperature with a fixed seed (:func:`evaluate`): success after minus success before >=
+  :data:`MARGIN`. Planner success = the share of the K x 4 episodes (planner + sub-agent, or the
+  single agent) answered correctly; sub-agent success = the share of its episodes on the expert's
+  delegations of the 4 questions whose result the expert judge accepts (the sub-agent alone, so the
+  planner's change does not blur it). Why not the step records' success: step 1 is the only step
+  sampled from the warm start, and its sub-agent share rests on the ~13 episodes in which the
+  warm-started planner delegated (std ~0.15): one CI run failed with sub-agent 0.53 -> 0.70 and
+  frozen_sub rose by ~0.3 +- 0.09 run to run, both too close to the margin to be a reliable check.
+  128 episodes per evaluation put the standard deviation of a difference near 0.06. The step
+  series are still printed. Measured (2026-12-03): single_agent 0.45 -> 0.93, frozen_sub 0.27 ->
+  0.88, mgrpo planner 0.09 -> 0.73 and sub-agent 0.31 -> 0.90; sign-flipped planner 0.09 -> 0.00,
+  sub-agent 0.31 -> 0.05 (docs/training.md).
 """
 
 from __future__ import annotations
@@ -70,7 +79,7 @@ SEARCH_TOP_K, MAX_CHARS = 2, 1500
 #: per warm start. ``frozen_sub`` gets its own: there the frozen sub-agent's success is the ceiling of the
 #: planner's, so its sub-agent has no blind spot; ``mgrpo``'s sub-agent needs one to have room to improve.
 MIXES = {
-    "main": {"planner": (1, 1, 3), "sub_agent": (3, 0, 1), "single_agent": (2, 0, 1)},
+    "main": {"planner": (1, 1, 3), "sub_agent": (2, 0, 2), "single_agent": (2, 0, 1)},
     "sure_sub": {"planner": (1, 1, 3), "sub_agent": (1, 0, 0)},
 }
 #: Which warm start each run starts from.
@@ -78,9 +87,10 @@ WARM_FOR = {"single_agent": "main", "frozen_sub": "sure_sub", "mgrpo": "main"}
 SFT = {"max_steps": 350, "learning_rate": 8e-3, "batch_size": 4}
 STEPS = 12
 LR = "2.0e-4"
-#: Success must rise by at least this much (absolute, on a 0-1 share) from step 1 (the warm start) to the last 3 steps.
+#: Success must rise by at least this much (absolute, on a 0-1 share) from the warm start to the last checkpoint.
 MARGIN = 0.2
-FIRST, LAST = 1, 3
+#: Samples per question (and per sub-agent delegation) in the before/after evaluation, and its seed.
+EVAL_K, EVAL_SEED = 32, 20261203
 RUN_OVERRIDES = [
     "tasks.benchmarks=[gaia]", f"tasks.n_train={N_TRAIN}", f"tasks.n_test={N_TEST}", "tasks.max_hops=1",
     f"tasks.limit={N_QUESTIONS}", f"world.seed={WORLD['seed']}", f"world.size={WORLD['size']}",
@@ -114,16 +124,13 @@ sys.exit(train.main(sys.argv[1:]))
 
 
 # ----------------------------------------------------------------------------------- the check
-def rose(series: list[float], first: int = FIRST, last: int = LAST, margin: float = MARGIN) -> bool:
-    """True when the mean of the last ``last`` values exceeds the mean of the first ``first`` by ``margin``."""
-    if len(series) < first + last:
-        return False
-    start = sum(series[:first]) / first
-    end = sum(series[-last:]) / last
-    return end - start >= margin
+def rose(before: float, after: float, margin: float = MARGIN) -> bool:
+    """True when ``after`` exceeds ``before`` by at least ``margin``."""
+    return after - before >= margin
 
 
 def success_series(run: Path, role: str) -> list[float]:
+    """The step records' success per step (shown next to the check; see the module docstring)."""
     from harness.records import read_steps
 
     key = "correct" if role == "planner" else "expert"
@@ -131,11 +138,90 @@ def success_series(run: Path, role: str) -> list[float]:
     return [float(s.reward_components[key]) for s in steps]
 
 
-def rl_improved(run: Path, trainer: str) -> tuple[bool, dict[str, list[float]]]:
+def delegations(train: list[dict[str, Any]], world_url: str) -> list[tuple[dict[str, Any], str, str]]:
+    """(task, delegated task, context) of the scripted expert's first ``delegate`` call per question."""
+    from harness.agents.parsing import ToolCall, parse_turn
+    from harness.warmstart import expert_demonstrations
+    from harness.world.generator import generate_world
+    from harness.world.toolbox import WorldToolbox
+
+    toolbox = WorldToolbox(generate_world(seed=WORLD["seed"], size=WORLD["size"]), base_url=world_url,
+                           k=SEARCH_TOP_K, max_chars=MAX_CHARS)
+    demos = expert_demonstrations(train, toolbox, noise=0.0, seed=0)
+    out = []
+    for task, msgs in zip(train, demos.planner):
+        call = parse_turn(msgs[2]["content"], {"delegate"})
+        assert isinstance(call, ToolCall), msgs[2]
+        out.append((task, call.arguments["task"], call.arguments.get("context", "")))
+    return out
+
+
+def evaluate(run: Path, trainer: str, world_url: str, *, after: bool) -> dict[str, float]:
+    """Success of the run's policies on its questions: the warm start (``after=False``) or its last checkpoints.
+
+    :data:`EVAL_K` samples per question at the run's own rollout settings (temperature, turn and
+    token limits) with a fixed seed, so before and after see the same random stream."""
+    from dataclasses import replace
+
+    import torch
+
+    from harness.backends import HFBackend
+    from harness.role import build_toolbox, last_checkpoint, load_model_for, load_role_config, r_expert
+    from harness.rollout import AgentRuntime, InProcessSubAgent, Query, SubAgentEngine, SubTask, run_group
+    from harness.world.expert import answers_match, task_id
+    from harness.world.generator import generate_world
+    from harness.world.tasks import rebase, task_prompt
+
+    cfg = load_role_config(str(run / "config.yaml"), [])
+    rcfg = replace(cfg.rollout, k=EVAL_K)
+
+    def policy(role: str, agent: str) -> tuple[Any, Any]:
+        ckpt = last_checkpoint(run / role / "checkpoints") if after else None
+        assert ckpt or not after, f"{run}: no checkpoint under {role}/checkpoints"
+        model, tok = load_model_for(ckpt or (cfg.models.planner if role == "planner" else cfg.models.sub), agent, cfg)
+        return model.eval(), tok
+
+    train, _ = questions(generate_world(seed=WORLD["seed"], size=WORLD["size"]))
+    queries = [Query(task_id(t), task_prompt(rebase(t, world_url))) for t in train]
+    gold = {task_id(t): str(t["gold"]["answer"]) for t in train}
+    toolbox = build_toolbox(cfg, world_url)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    out: dict[str, float] = {}
+    try:
+        with torch.no_grad():
+            if trainer == "single_agent":
+                model, tok = policy("planner", "single_agent")
+                res = run_group(queries, AgentRuntime(HFBackend(model, tok), tok), rcfg, toolbox=toolbox,
+                                seed=EVAL_SEED)
+            else:
+                sub, sub_tok = policy("sub", "sub_agent")
+                engine = SubAgentEngine(AgentRuntime(HFBackend(sub, sub_tok), sub_tok), toolbox, rcfg, seed=EVAL_SEED)
+                model, tok = policy("planner", "planner")
+                res = run_group(queries, AgentRuntime(HFBackend(model, tok), tok), rcfg,
+                                sub_agent=InProcessSubAgent(engine), seed=EVAL_SEED)
+                if trainer == "mgrpo":  # the sub-agent alone on the expert's delegations
+                    cases = delegations(train, world_url)
+                    subs = [SubTask(f"sub{i}", k, 0, text, context)
+                            for i, (_, text, context) in enumerate(cases) for k in range(EVAL_K)]
+                    results = engine.run(subs)
+                    out["sub"] = sum(r_expert(cases[int(st.query_id[3:])][0], r.trajectory)
+                                     for st, r in zip(subs, results)) / len(subs)
+                engine.close()
+            out["planner"] = sum(e.answer is not None and answers_match(e.answer, gold[e.trajectory.query_id])
+                                 for e in res.episodes) / len(res.episodes)
+    finally:
+        torch.set_num_threads(threads)
+        toolbox.close()
+    return out
+
+
+def rl_improved(run: Path, trainer: str, world_url: str) -> tuple[bool, dict[str, tuple[float, float]]]:
     """The check, the same for the real and the broken advantage: every role that trains got better."""
-    roles = ["planner", "sub"] if trainer == "mgrpo" else ["planner"]
-    series = {role: success_series(run, role) for role in roles}
-    return all(rose(s) for s in series.values()), series
+    before = evaluate(run, trainer, world_url, after=False)
+    after = evaluate(run, trainer, world_url, after=True)
+    pairs = {role: (before[role], after[role]) for role in before}
+    return all(rose(b, a) for b, a in pairs.values()), pairs
 
 
 # ----------------------------------------------------------------------------------- fixtures
@@ -236,16 +322,18 @@ def train_run(tmp_path: Path, trainer: str, warm: Path, world_url: str, *extra: 
     return run
 
 
-def _show(trainer: str, series: dict[str, list[float]]) -> str:
-    return f"{trainer}: " + "; ".join(f"{r} success per step {[round(x, 2) for x in s]}" for r, s in series.items())
+def _show(trainer: str, run: Path, pairs: dict[str, tuple[float, float]]) -> str:
+    roles = ["planner", "sub"] if "mgrpo" in trainer else ["planner"]
+    check = "; ".join(f"{r} success {b:.2f} -> {a:.2f}" for r, (b, a) in pairs.items())
+    steps = "; ".join(f"{r} {[round(x, 2) for x in success_series(run, r)]}" for r in roles)
+    return f"{trainer}: {check} (evaluation, {EVAL_K} samples x {N_QUESTIONS}); step records: {steps}"
 
 
 # ----------------------------------------------------------------------------------- tests
 def test_the_check_itself():
-    assert rose([0.2, 0.3, 0.5, 0.7, 0.8, 0.75])
-    assert not rose([0.3, 0.2, 0.4, 0.45, 0.4, 0.45])  # +0.13: not enough
-    assert not rose([0.6, 0.5, 0.3, 0.1, 0.0])  # falling
-    assert not rose([0.1, 0.9])  # too few steps to tell
+    assert rose(0.2, 0.45)
+    assert not rose(0.3, 0.43)  # +0.13: not enough
+    assert not rose(0.6, 0.1)  # fell
 
 
 def test_rl_raises_success_on_fixed_questions_and_a_sign_flipped_advantage_does_not(tmp_path, world_url):
@@ -254,26 +342,28 @@ def test_rl_raises_success_on_fixed_questions_and_a_sign_flipped_advantage_does_
     problems, shown = [], []
     for trainer in ("single_agent", "frozen_sub", "mgrpo"):
         run = train_run(tmp_path, trainer, warm[WARM_FOR[trainer]], world_url)
-        ok, series = rl_improved(run, trainer)
-        shown.append(_show(trainer, series))
-        print(shown[-1], flush=True)
-        if len(series["planner"]) != STEPS:
-            problems.append(f"{trainer}: {len(series['planner'])} step records, expected {STEPS}")
+        steps = len(success_series(run, "planner"))
+        if steps != STEPS:
+            problems.append(f"{trainer}: {steps} step records, expected {STEPS}")
             continue
-        start = sum(series["planner"][:FIRST]) / FIRST
-        if not 0.05 <= start <= 0.75:
-            problems.append(f"{trainer}: the warm start should begin at a moderate success, got {start:.2f}")
+        ok, pairs = rl_improved(run, trainer, world_url)
+        shown.append(_show(trainer, run, pairs))
+        print(shown[-1], flush=True)
+        # Room to rise; no lower bound beyond "solves some": a start near 0 that then rises by the margin is
+        # still RL at work, and mgrpo's planner starts low by design (its sub-agent gives up half the time).
+        start = pairs["planner"][0]
+        if not 0.0 < start <= 0.75:
+            problems.append(f"{trainer}: the warm start should solve some but not most questions, got {start:.2f}")
         if not ok:
-            problems.append(f"{trainer}: success did not rise by {MARGIN} (first {FIRST} steps -> last {LAST})")
+            problems.append(f"{trainer}: success did not rise by {MARGIN} (warm start -> last checkpoint)")
 
     run = train_run(tmp_path / "flipped", "mgrpo", warm[WARM_FOR["mgrpo"]], world_url,
                     f"planner.advantage_fn={FLIPPED}", f"sub.advantage_fn={FLIPPED}")
-    ok, series = rl_improved(run, "mgrpo")
-    shown.append(_show("mgrpo (sign-flipped advantages)", series))
+    ok, pairs = rl_improved(run, "mgrpo", world_url)
+    shown.append(_show("mgrpo (sign-flipped advantages)", run, pairs))
     print(shown[-1], flush=True)
-    planner = series["planner"]
     if ok:
         problems.append("a sign-flipped advantage still passed the check")
-    if not sum(planner[-LAST:]) / LAST < sum(planner[:FIRST]) / FIRST:
+    if not pairs["planner"][1] < pairs["planner"][0]:
         problems.append("with a sign-flipped advantage the planner did not get worse")
     assert not problems, "; ".join(problems) + "\n" + "\n".join(shown)
