@@ -32,6 +32,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from harness.config import load_yaml
+from harness.records import portable_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "baselines" / "configs"
@@ -49,10 +50,7 @@ QUICK_TRAIN = ["planner.max_steps=2", "eval.every=2", "eval.n_tasks=1", "rollout
 def _arg(path: Path) -> str:
     """``path`` as written on a child's command line: relative to the repository when inside it (children
     run there), so the records and the committed report name no machine's folders (issue 7)."""
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
+    return portable_argv([str(path.resolve())], ROOT)[0]
 
 
 def _run(argv: list[str], log: Path) -> int:

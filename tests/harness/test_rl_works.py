@@ -166,7 +166,7 @@ def evaluate(run: Path, trainer: str, world_url: str, *, after: bool) -> dict[st
     import torch
 
     from harness.backends import HFBackend
-    from harness.role import build_toolbox, last_checkpoint, load_model_for, load_role_config, r_expert
+    from harness.role import build_toolbox, gold_answer, last_checkpoint, load_model_for, load_role_config, r_expert
     from harness.rollout import AgentRuntime, InProcessSubAgent, Query, SubAgentEngine, SubTask, run_group
     from harness.world.expert import answers_match, task_id
     from harness.world.generator import generate_world
@@ -183,7 +183,7 @@ def evaluate(run: Path, trainer: str, world_url: str, *, after: bool) -> dict[st
 
     train, _ = questions(generate_world(seed=WORLD["seed"], size=WORLD["size"]))
     queries = [Query(task_id(t), task_prompt(rebase(t, world_url))) for t in train]
-    gold = {task_id(t): str(t["gold"]["answer"]) for t in train}
+    gold = {task_id(t): gold_answer(t) for t in train}
     toolbox = build_toolbox(cfg, world_url)
     threads = torch.get_num_threads()
     torch.set_num_threads(min(2, os.cpu_count() or 1))
