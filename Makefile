@@ -29,9 +29,9 @@ test: sysdeps venv
 	$(VPY) -m pytest tests -n 2 --dist loadgroup -q $(PYTEST_ARGS)
 
 # BUDGET: minutes the full demo may take; a short calibration refuses a preset that cannot fit (QUICK=1 skips it).
-BUDGET ?= 30
+BUDGET ?= 40
 demo: sysdeps venv
-	$(VPY) -m harness experiment --preset tiny --seeds 2 $(if $(QUICK),--quick,--budget-min $(BUDGET))
+	$(VPY) -m harness experiment --preset tiny $(if $(QUICK),--seeds 1 --quick,--seeds 2 --budget-min $(BUDGET))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .benchmarks

@@ -155,6 +155,12 @@ class Benchmark:
     def _score_text(self, task: Task, prediction: str) -> Verdict:
         raise NotImplementedError
 
+    def data_files(self, split: str | None = None) -> list[Path]:
+        """The files under ``data_dir`` that ``load(split)`` reads; ``[]`` when it needs no data folder
+        (a local twin, a Hub download, an explicit path option). Lets a caller check a data folder
+        up front and name what it should hold (the evaluation suite's ``--data-dir``)."""
+        return []
+
     # -- shared behaviour ---------------------------------------------------------------------
     def score(self, task: Task, prediction: object) -> Verdict:
         """Score ``prediction`` for ``task``; never raises for a bad prediction or judge failure."""

@@ -24,9 +24,11 @@ This conftest only loads for paths under ``benchmarks/`` (the repository's ``tes
   ``<run>/eval/<step>/<benchmark>.jsonl``; prediction and gold come from the benchmark's
   ``record_fields`` (``sha256:`` hashes for XBench). Extra keys: ``eval_session`` (one id per
   pytest run, shared with xdist workers), ``runner``, ``split``, ``world_seed``, ``world_size``,
-  ``visit_backend`` and the task's cell (``level``, ``type``, ``difficulty_level``, ``template``).
-  Records are append-only: a rerun adds lines, and readers keep the last record per task
-  (``harness.report`` does).
+  ``visit_backend``, the task's cell (``level``, ``type``, ``difficulty_level``, ``template``) and,
+  for a model run, ``weights`` (per role: checkpoint or the weights it started from, see
+  :func:`benchmarks.runners.resolve_weights`; also printed above the table). Records are
+  append-only: a rerun adds lines, and readers keep the last record per task (``harness.report``
+  does).
 * **Timing**: pytest-benchmark's ``benchmark`` fixture times each task (``pedantic``, 1 round,
   group = benchmark name); with ``--benchmark-disable``, under xdist or with ``-p no:benchmark``
   the task still runs once and ``latency_s`` is recorded either way.
@@ -36,10 +38,15 @@ This conftest only loads for paths under ``benchmarks/`` (the repository's ``tes
   counts as incorrect. A benchmark none of whose items ran says ``not run`` with the reason,
   never 0% or 100%.
 * **Run**: ``--trainer=expert`` writes to ``runs/expert-<world_seed>/`` (or ``--run DIR``), step 0,
-  creating ``provenance.json`` if absent. A model trainer evaluates the latest run of that
-  trainer under ``--runs-dir`` (default ``<rootdir>/runs``) or ``--run DIR``, at the step of its
-  latest planner checkpoint (``--eval-step`` to choose); when there is none, one line names the
-  command that makes one and every item skips with that reason (exit status 0, table "not run").
+  creating ``provenance.json`` if absent, and marks it ``completed`` only when the session wrote a
+  record; otherwise (a collection error, every item errored in setup or was skipped) ``status.json``
+  says ``failed`` and why, or keeps an earlier session's state with ``last_eval_error`` (issue 14).
+  A model trainer evaluates the latest run of that trainer under ``--runs-dir`` (default
+  ``<rootdir>/runs``) or ``--run DIR``, at the step of its latest planner checkpoint
+  (``--eval-step`` to choose); when there is none, one line names the command that makes one and
+  every item skips with that reason (exit status 0, table "not run").
+* **Data**: an explicit ``--data-dir`` that is missing, empty or lacks a file a selected benchmark
+  reads (:meth:`benchmarks.base.Benchmark.data_files`) is a usage error naming those files.
 """
 
 from __future__ import annotations
@@ -83,7 +90,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--data-dir", default=None, metavar="DIR", help="data folder of the real benchmarks")
     g.addoption("--world-seed", type=int, default=None, metavar="N",
                 help="world of the local_* benchmarks (default: the run's world seed, else 0)")
-    g.addoption("--world-size", default="default", metavar="SIZE", help="world size preset (tiny|small|default)")
+    g.addoption("--world-size", default=None, metavar="SIZE",
+                help="world size preset (tiny|small|default; default: the run's world.size, else default)")
     g.addoption("--world-tasks", default=None, metavar="DIR",
                 help="read local_* tasks written by `python -m harness world tasks --out DIR` instead of generating")
     g.addoption("--visit-backend", default="direct", choices=("direct", "playwright"),
@@ -136,11 +144,15 @@ class EvalState:
     is_worker: bool
     target: Any = None
     no_run: str | None = None
+    weights: dict[str, Any] = field(default_factory=dict)
+    """Role -> :class:`benchmarks.runners.PolicyWeights` a model runner evaluates (empty for the expert)."""
     _benches: dict[str, Any] = field(default_factory=dict)
     # controller bookkeeping (per item): "ran" ids and skip reasons per benchmark
     ran: dict[str, set[str]] = field(default_factory=dict)
     skipped: dict[str, list[str]] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
+    status_note: str | None = None
+    """Set by pytest_sessionfinish when the expert's run is not marked completed (printed in the table)."""
 
     def bench(self, name: str) -> Any:
         """The benchmark object built from the options (once per process)."""
@@ -216,7 +228,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from benchmarks.base import BenchmarkError
     from benchmarks.judges import get_judge, list_judges
     from benchmarks.registry import list_benchmarks
-    from benchmarks.runners import NoRunFound, RunnerError, resolve_target, runner_names
+    from benchmarks.runners import EXPERT, NoRunFound, RunnerError, resolve_target, resolve_weights, runner_names
     from harness.world.generator import SIZES
 
     opt = config.option
@@ -240,10 +252,12 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--task-timeout must be positive, got {opt.task_timeout}")
     if not 0.0 <= opt.expert_noise <= 1.0:
         raise pytest.UsageError(f"--expert-noise must be in [0, 1], got {opt.expert_noise}")
-    if opt.world_size not in SIZES:
+    if opt.world_size is not None and opt.world_size not in SIZES:
         raise pytest.UsageError(f"--world-size must be one of {'|'.join(SIZES)}, got {opt.world_size!r}")
     if opt.world_seed is not None and opt.world_seed < 0:
         raise pytest.UsageError(f"--world-seed must be >= 0, got {opt.world_seed}")
+    if opt.data_dir is not None:
+        _check_data_dir(Path(opt.data_dir), names, opt.judge, judge_options)
 
     workerinput = getattr(config, "workerinput", None)
     is_worker = workerinput is not None
@@ -252,22 +266,64 @@ def pytest_configure(config: pytest.Config) -> None:
     target, no_run = None, None
     try:
         target = resolve_target(opt.trainer, run=Path(opt.run) if opt.run else None, runs_dir=runs_dir,
-                                world_seed=opt.world_seed, expert_noise=opt.expert_noise, step=opt.eval_step)
+                                world_seed=opt.world_seed, expert_noise=opt.expert_noise, step=opt.eval_step,
+                                world_size=opt.world_size)
     except NoRunFound as exc:
         no_run = str(exc)
     except RunnerError as exc:
         raise pytest.UsageError(str(exc)) from None
+    weights: dict[str, Any] = {}
+    if target is not None and opt.trainer != EXPERT:
+        try:  # which weights each role is evaluated with (a role without a checkpoint: its start)
+            weights = resolve_weights(target)
+        except RunnerError as exc:
+            raise pytest.UsageError(str(exc)) from None
     world_seed = target.world_seed if target is not None else (opt.world_seed or 0)
+    world_size = target.world_size if target is not None else (opt.world_size or "default")
     state = EvalState(trainer=opt.trainer, bench_names=names, limit=opt.bench_limit, split=opt.split,
                       judge=opt.judge, judge_options=judge_options, data_dir=opt.data_dir, world_seed=world_seed,
-                      world_size=opt.world_size, world_tasks=opt.world_tasks, visit_backend=opt.visit_backend,
+                      world_size=world_size, world_tasks=opt.world_tasks, visit_backend=opt.visit_backend,
                       expert_noise=opt.expert_noise, task_timeout=opt.task_timeout, session_id=session_id,
-                      is_worker=is_worker, target=target, no_run=no_run)
+                      is_worker=is_worker, target=target, no_run=no_run, weights=weights)
     config.stash[_STATE] = state
     if not is_worker:
         config.pluginmanager.register(_Bookkeeper(state), "mgrpo-eval-bookkeeper")
         if config.pluginmanager.has_plugin("xdist"):
             config.pluginmanager.register(_XdistSession(session_id), "mgrpo-eval-xdist")
+
+
+def _check_data_dir(data_dir: Path, names: list[str], judge: str, judge_options: dict[str, Any]) -> None:
+    """An explicit ``--data-dir`` that lacks what a selected benchmark reads is a usage error naming the files.
+
+    Without ``--data-dir`` a benchmark whose data is missing is reported "not run" (the default folder
+    may simply not be there); a folder the user names but that is missing, empty or incomplete is a
+    mistake to say at once, with the files it should hold.
+    """
+    from benchmarks.local import LocalBenchmark
+    from benchmarks.registry import benchmark_class
+
+    expected: list[tuple[str, Path]] = []
+    for name in names:
+        cls = benchmark_class(name)
+        if issubclass(cls, LocalBenchmark):
+            continue
+        bench = cls(data_dir=data_dir, judge=judge, judge_options=judge_options)
+        expected += [(name, f) for f in bench.data_files(None)]
+    if not expected:
+        return
+    missing = [(n, f) for n, f in expected if not f.is_file()]
+    if not missing:
+        return
+    if not data_dir.is_dir():
+        state = "does not exist"
+    elif not any(data_dir.iterdir()):
+        state = "is empty"
+    else:
+        state = "lacks files"
+    files = "; ".join(f"{n}: {f}" for n, f in missing)
+    raise pytest.UsageError(f"--data-dir {data_dir} {state}; the selected benchmarks read {files} "
+                            f"(see ../shared/data/README.md), or drop --data-dir to use "
+                            "$MGRPO_DATA_DIR or ../shared/data")
 
 
 class _XdistSession:
@@ -363,6 +419,8 @@ class EvalSuite:
                                  "visit_backend": state.visit_backend,
                                  "split": task.metadata.get("split", state.split)}
         extra.update({k: task.metadata[k] for k in CELL_KEYS if task.metadata.get(k) is not None})
+        if state.weights:  # which weights each role answered with (a role without a checkpoint: its start)
+            extra["weights"] = {role: w.record() for role, w in state.weights.items()}
         if answer is not None:
             extra.update(answer.extra)
         if trace is not None:  # where the runner crashed (never for a sensitive benchmark)
@@ -435,19 +493,26 @@ class _Bookkeeper:
             self.state.ran.setdefault(bench, set()).add(task_id)
 
 
+def _session_records(state: EvalState, name: str) -> dict[str, Any]:
+    """This session's records of benchmark ``name`` read back from disk (the last per task id)."""
+    from harness.records import RunPaths, read_tasks
+
+    recs: dict[str, Any] = {}
+    if state.target is not None:
+        path = RunPaths(state.target.run_dir).eval_file(state.target.step, name)
+        if path.is_file():
+            for r in read_tasks(path, tolerate_truncated_tail=True).records:
+                if r.extra.get("eval_session") == state.session_id:
+                    recs[r.task_id] = r
+    return recs
+
+
 def _rows(state: EvalState) -> list[dict[str, Any]]:
     from benchmarks.scoring import accuracy
-    from harness.records import RunPaths, read_tasks
 
     rows = []
     for name in state.bench_names:
-        recs: dict[str, Any] = {}
-        if state.target is not None:
-            path = RunPaths(state.target.run_dir).eval_file(state.target.step, name)
-            if path.is_file():
-                for r in read_tasks(path, tolerate_truncated_tail=True).records:
-                    if r.extra.get("eval_session") == state.session_id:
-                        recs[r.task_id] = r
+        recs = _session_records(state, name)
         ran = state.ran.get(name, set())
         missing = sorted(ran - set(recs))
         outcomes = [r.correct for r in recs.values()] + [False] * len(missing)
@@ -497,6 +562,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr.write_sep("=", f"mgrpo evaluation: trainer={state.trainer} {where} split={state.split}")
     if state.no_run is not None:
         tr.write_line(state.no_run)
+    for role, w in state.weights.items():
+        tr.write_line(f"{'sub-agent' if role == 'sub' else role}: {w.describe()}")
     header = f"{'benchmark':<20} {'version':<22} {'n':>5} {'correct':>7}  {'accuracy ± SE':<16} {'errors':>6} " \
              f"{'s/task':>7} {'tasks/min':>9}"
     tr.write_line(header)
@@ -517,6 +584,23 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if target is not None:
         tr.write_line(f"records: {target.run_dir}/eval/{target.step}/<benchmark>.jsonl "
                       f"(eval_session {state.session_id}); wall {time.time() - state.started:.1f} s")
+    if state.status_note is not None:
+        tr.write_line(state.status_note)
+
+
+def _nothing_evaluated(state: EvalState, exitstatus: int) -> str:
+    """Why a session left no record (for status.json)."""
+    skipped = [r for reasons in state.skipped.values() for r in reasons]
+    if any(r.startswith("setup error") for r in skipped):
+        why = "every item errored before running (setup errors: the world or the runner could not start)"
+    elif skipped:
+        why = f"every item was skipped ({skipped[0]})"
+    elif exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR):
+        why = (f"pytest stopped before running any task (exit status {int(exitstatus)}: a collection error "
+               "or an interrupt)")
+    else:
+        why = "no item ran (deselected, or a collection error)"
+    return f"nothing was evaluated in eval_session {state.session_id}: {why}; see the pytest output"
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -525,7 +609,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if session.config.option.collectonly:
         return
-    from harness.records import write_status
+    from harness.records import RUN_STATES, RunPaths, read_status, write_status
 
-    if state.target.run_dir.is_dir():
-        write_status(state.target.run_dir, "completed", eval_session=state.session_id)
+    run_dir = state.target.run_dir
+    if not run_dir.is_dir():
+        return
+    n = sum(len(_session_records(state, name)) for name in state.bench_names)
+    if n:
+        write_status(run_dir, "completed", eval_session=state.session_id, n_records=n)
+        return
+    # Not "completed" when nothing ran (issue 14): a folder with no record is a failed evaluation;
+    # one holding an earlier session's records keeps that state, with this session's failure noted.
+    why = _nothing_evaluated(state, exitstatus)
+    try:
+        before = read_status(run_dir)
+    except ValueError:
+        before = {"state": "unknown"}
+    if before.get("state") in RUN_STATES and RunPaths(run_dir).eval_files():
+        keep = {k: v for k, v in before.items() if k not in ("schema", "state", "updated", "host", "pid")}
+        write_status(run_dir, before["state"], **{**keep, "last_eval_session": state.session_id,
+                                                  "last_eval_error": why})
+        state.status_note = f"{why}; {run_dir} keeps its earlier records and state {before['state']!r}"
+    else:
+        write_status(run_dir, "failed", eval_session=state.session_id, error=why)
+        state.status_note = f"{why}; {run_dir}/status.json says failed"

@@ -234,6 +234,10 @@ class Gaia(Benchmark):
         return f"hf://{HUB_DATASET}/{self.config}/{split}", list(enumerate(data, 1)), []
 
     # -- load -----------------------------------------------------------------------------------
+    def data_files(self, split: str | None = None) -> list[Path]:
+        # The questions come from the snapshot or the Hub; the data folder holds only the text-only id list.
+        return [self.data_dir / "gaia" / TEXT103_FILE] if self.subset == "text103" else []
+
     def load(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         split = split or "validation"
         if split not in SPLITS:

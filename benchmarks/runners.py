@@ -14,7 +14,7 @@
   ``runs/`` (the one whose ``provenance.json`` is newest among those naming the trainer) or the
   one given with ``--run DIR``. When there is none, :class:`NoRunFound` carries the one-line
   message naming the command that makes one. :class:`ModelRunner` is the model-based runner: it
-  loads the run's latest checkpoints and answers with :func:`harness.rollout.run_group` (K = 1,
+  loads the run's weights (:func:`resolve_weights`) and answers with :func:`harness.rollout.run_group` (K = 1,
   greedy), planner + :class:`~harness.rollout.InProcessSubAgent` for ``mgrpo``/``frozen_sub``, the
   single agent with the toolbox for ``single_agent``.
 
@@ -25,6 +25,15 @@ checkpoints ``<run>/<role>/checkpoints/checkpoint-<step>/`` (or ``<step>/``), ea
 **Hook**: :func:`load_policy` is the one place that turns a checkpoint into an
 :class:`~harness.rollout.AgentRuntime`; if the trainers settle on another checkpoint format, only
 it changes. Rollout limits come from the run's resolved config (``config["rollout"]``) when present.
+
+**Which weights** (:func:`resolve_weights`, issue 14): the planner's checkpoint of the evaluated
+step; the ``mgrpo`` sub-agent's latest checkpoint at or before that step (the weights the sub role
+had reached by then), ``frozen_sub``'s latest (its ``checkpoint-0``). A role with no such checkpoint
+(e.g. an ``mgrpo`` sub role that trained 0 steps because the planner never delegated, so it saved
+nothing) is evaluated with **the weights it started from**: the run's ``config.models.<role>`` (a
+warm-start folder's ``planner/``, ``sub_agent/`` or ``single_agent/``), loaded as the role loaded it.
+The choice per role goes into every task record (``extra["weights"]``) and under the table, so an
+``mgrpo`` evaluation whose sub-agent never trained says so instead of passing for a trained one.
 
 Deliberate decisions: the expert's eval run is ``runs/expert-<world_seed>`` (``-noise<p>`` appended
 when ``--expert-noise`` is not 0) at step 0; a runner never raises into pytest for a bad answer:
@@ -116,9 +125,16 @@ def checkpoints(run_dir: Path, role: str) -> list[tuple[int, Path]]:
     if root.is_dir():
         for d in root.iterdir():
             m = _CKPT.match(d.name)
-            if m and d.is_dir():
+            if m and d.is_dir() and _has_weights(d):
                 out.append((int(m.group(1)), d))
     return sorted(out)
+
+
+def _has_weights(d: Path) -> bool:
+    """Whether a checkpoint folder holds a model to load: a kill during a save can leave an empty or
+    half-written ``checkpoint-<step>/`` (the trainer writes the config and weights first), which is skipped
+    like a step that was never saved (the role deletes it when the run resumes)."""
+    return (d / "config.json").is_file() and (any(d.glob("*.safetensors")) or (d / "pytorch_model.bin").is_file())
 
 
 def _int_or(value: Any, default: int) -> int:
@@ -136,6 +152,8 @@ class EvalTarget:
     """The run's seed, written into every task record (the expert: the world seed)."""
     world_seed: int
     provenance: dict[str, Any] | None = None
+    world_size: str = "default"
+    """The world size the run trained on (its config's ``world.size``), unless ``--world-size`` says otherwise."""
 
     @property
     def run_id(self) -> str:
@@ -147,7 +165,7 @@ def expert_run_id(world_seed: int, noise: float) -> str:
 
 
 def resolve_target(trainer: str, *, run: Path | None, runs_dir: Path, world_seed: int | None,
-                   expert_noise: float = 0.0, step: int | None = None) -> EvalTarget:
+                   expert_noise: float = 0.0, step: int | None = None, world_size: str | None = None) -> EvalTarget:
     """The run to evaluate. Raises :class:`NoRunFound` (model trainers) or :class:`RunnerError`."""
     if trainer == EXPERT:
         seed = 0 if world_seed is None else world_seed
@@ -157,7 +175,7 @@ def resolve_target(trainer: str, *, run: Path | None, runs_dir: Path, world_seed
         if prov is not None and other not in (None, EXPERT):
             raise RunnerError(f"--run {run_dir} is a {other} run; the expert's records belong in their own "
                               f"run folder (omit --run to use {Path(runs_dir) / expert_run_id(seed, expert_noise)})")
-        return EvalTarget(EXPERT, run_dir, 0 if step is None else step, seed, seed, prov)
+        return EvalTarget(EXPERT, run_dir, 0 if step is None else step, seed, seed, prov, world_size or "default")
     if trainer not in TRAINERS:
         raise RunnerError(f"unknown trainer {trainer!r}; use one of {', '.join((*TRAINERS, EXPERT))}")
     if run is not None:
@@ -177,10 +195,12 @@ def resolve_target(trainer: str, *, run: Path | None, runs_dir: Path, world_seed
     seeds = prov.get("seeds") or [0]
     if world_seed is None:
         world_seed = _int_or(world_cfg.get("seed"), 0)
+    if world_size is None:  # the world the run trained on (a tiny-preset run is evaluated on the tiny world)
+        world_size = str(world_cfg.get("size") or "default")
     if step is None:
         ckpts = checkpoints(run_dir, "planner")
         step = ckpts[-1][0] if ckpts else 0
-    return EvalTarget(trainer, run_dir, step, _int_or(seeds[0], 0), world_seed, prov)
+    return EvalTarget(trainer, run_dir, step, _int_or(seeds[0], 0), world_seed, prov, world_size)
 
 
 # ------------------------------------------------------------------------------ the world
@@ -194,6 +214,7 @@ class LocalWorld:
         self._lock = threading.Lock()
         self._server: Any = None
         self._toolbox: Any = None
+        self.world: Any = None
 
     def start(self) -> LocalWorld:
         with self._lock:
@@ -204,6 +225,7 @@ class LocalWorld:
                 from harness.world.server import WorldServer
 
                 world = generate_world(WorldConfig(seed=self.seed, size=self.size))
+                self.world = world
                 server = WorldServer(world).start()
                 try:
                     cfg = ToolsConfig(visit_backend=self.visit_backend)  # type: ignore[arg-type]
@@ -319,22 +341,131 @@ class ExpertRunner(Runner):
                                                 if m["role"] == "assistant")})
 
 
-def load_policy(run_dir: Path, role: str, step: int | None = None) -> Any:
-    """HOOK: the :class:`~harness.rollout.AgentRuntime` of ``role``'s checkpoint (latest, or ``step``)."""
+# Sub-folder of a warm-start directory each agent loads (as harness.role.load_model_for does).
+_WARM_START_DIRS = {"planner": "planner", "single_agent": "single_agent", "sub": "sub_agent"}
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class PolicyWeights:
+    """The weights one role is evaluated with: a checkpoint of the run, or the weights it started from."""
+
+    role: str
+    """``planner`` or ``sub`` (the single agent is the ``planner`` role)."""
+    source: str
+    """``checkpoint`` or ``started`` (no checkpoint: the run's ``config.models.<role>``)."""
+    path: str
+    """The checkpoint folder, or the model the role started from (name or path, as loaded)."""
+    step: int | None = None
+    """The checkpoint's step; None for started weights."""
+    reason: str | None = None
+    """Why the started weights (e.g. ``the sub role saved no checkpoint``)."""
+    model: dict[str, Any] = field(default_factory=dict)
+    """For started weights: the run's ``config.models`` fields that shape the load (init_seed, dtype, cache_dir)."""
+
+    def record(self) -> dict[str, Any]:
+        """What a task record keeps (``extra["weights"][role]``)."""
+        out: dict[str, Any] = {"source": self.source, "path": self.path, "step": self.step}
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+    def describe(self) -> str:
+        """One line for the table, e.g. ``untrained (no checkpoint; started weights models.sub=tiny)``."""
+        if self.source == "checkpoint":
+            return f"checkpoint-{self.step} ({self.path})" + ("; step 0: the weights it started from"
+                                                               if self.step == 0 else "")
+        return f"untrained ({self.reason}; started weights models.{self.role}={self.path})"
+
+
+def _models_config(target: EvalTarget) -> dict[str, Any]:
+    config = (target.provenance or {}).get("config")
+    models = config.get("models") if isinstance(config, dict) else None
+    return models if isinstance(models, dict) else {}
+
+
+def started_weights(target: EvalTarget, role: str, reason: str) -> PolicyWeights:
+    """The weights ``role`` started from: the run's ``config.models.<role>`` (default ``tiny``).
+
+    A warm-start folder resolves to its agent's sub-folder; a relative path is looked up from the
+    current folder, then from the repository root (where ``python -m harness experiment`` runs its
+    children); a registry name (``tiny``, ``smollm2-135m``) or Hub id is kept as is.
+    """
+    models = _models_config(target)
+    name = models.get(role)
+    name = name if isinstance(name, str) and name.strip() else "tiny"
+    agent = "single_agent" if role == "planner" and target.trainer == "single_agent" else role
+    for base in (Path.cwd(), REPO_ROOT):
+        cand = Path(name) if Path(name).is_absolute() else base / name
+        if cand.is_dir():
+            sub = cand / _WARM_START_DIRS[agent]
+            name = str(sub if sub.is_dir() else cand)
+            break
+    spec = {k: models[k] for k in ("init_seed", "dtype", "cache_dir") if k in models}
+    return PolicyWeights(role, "started", name, None, reason, spec)
+
+
+def resolve_weights(target: EvalTarget) -> dict[str, PolicyWeights]:
+    """Per role, the weights the evaluation of ``target`` uses (reads folders only; loads nothing).
+
+    Raises :class:`RunnerError` when a planner step was asked for (``--eval-step``) that has no
+    checkpoint while others exist.
+    """
+    run, step = target.run_dir, target.step
+    out: dict[str, PolicyWeights] = {}
+    planner = checkpoints(run, "planner")
+    exact = [d for s, d in planner if s == step]
+    if exact:
+        out["planner"] = PolicyWeights("planner", "checkpoint", str(exact[-1]), step)
+    elif not planner:
+        out["planner"] = started_weights(target, "planner", "the planner role saved no checkpoint")
+    elif step == 0:
+        out["planner"] = started_weights(target, "planner", "step 0 is the start")
+    else:
+        raise RunnerError(f"{run}/planner/checkpoints/ has no checkpoint for step {step}; it has steps "
+                          f"{', '.join(str(s) for s, _ in planner)} (pass one of them as --eval-step)")
+    if target.trainer == "single_agent":
+        return out
+    sub = checkpoints(run, "sub")
+    # mgrpo: the sub role's latest weights at the evaluated step; frozen_sub: its only (frozen) ones.
+    usable = [(s, d) for s, d in sub if s <= step] if target.trainer == "mgrpo" else sub
+    if usable:
+        s, d = usable[-1]
+        out["sub"] = PolicyWeights("sub", "checkpoint", str(d), s)
+    elif sub:
+        out["sub"] = started_weights(target, "sub", f"no sub checkpoint at or before step {step} "
+                                                    f"(its first is step {sub[0][0]})")
+    elif target.trainer == "mgrpo":  # the planner never delegated, so no query group reached the sub role
+        out["sub"] = started_weights(target, "sub", "no checkpoint: the sub role trained no step")
+    else:
+        out["sub"] = started_weights(target, "sub", "no checkpoint: the frozen sub role saved none")
+    return out
+
+
+def load_policy(run_dir: Path, role: str, step: int | None = None, *,
+                weights: PolicyWeights | None = None) -> Any:
+    """HOOK: the :class:`~harness.rollout.AgentRuntime` of ``weights``, else of ``role``'s checkpoint
+    (latest, or ``step``)."""
     from harness.backends import HFBackend
     from harness.models import ModelSpec, load_model
     from harness.rollout import AgentRuntime
 
-    found = checkpoints(run_dir, role)
-    if step is not None:
-        found = [(s, d) for s, d in found if s == step]
-    if not found:
-        want = f"step {step}" if step is not None else "any step"
-        raise RunnerError(f"{run_dir}/{role}/checkpoints/ has no checkpoint for {want} "
-                          f"(expected checkpoint-<step>/ folders written by the trainer)")
-    ckpt_step, path = found[-1]
-    model, tokenizer = load_model(ModelSpec(name=str(path)))
-    return AgentRuntime(HFBackend(model, tokenizer), tokenizer, policy_version=ckpt_step)
+    if weights is None:
+        found = checkpoints(run_dir, role)
+        if step is not None:
+            found = [(s, d) for s, d in found if s == step]
+        if not found:
+            want = f"step {step}" if step is not None else "any step"
+            raise RunnerError(f"{run_dir}/{role}/checkpoints/ has no checkpoint for {want} "
+                              f"(expected checkpoint-<step>/ folders written by the trainer)")
+        weights = PolicyWeights(role, "checkpoint", str(found[-1][1]), found[-1][0])
+    if weights.source == "checkpoint":
+        spec = ModelSpec(name=weights.path)
+    else:  # as the role loaded it (harness.role.load_model_for): same seed, dtype and cache
+        spec = ModelSpec(name=weights.path, seed=_int_or(weights.model.get("init_seed"), 0),
+                         **{k: str(weights.model[k]) for k in ("dtype", "cache_dir") if weights.model.get(k)})
+    model, tokenizer = load_model(spec)
+    return AgentRuntime(HFBackend(model, tokenizer), tokenizer, policy_version=weights.step or 0)
 
 
 class ModelRunner(Runner):
@@ -352,26 +483,47 @@ class ModelRunner(Runner):
         self.cfg = from_dict(RolloutConfig, dict(rollout), "provenance config.rollout") if rollout else RolloutConfig()
         self.cfg.k, self.cfg.temperature = 1, 0.0  # one greedy episode per task
         self.cfg.validate()
-        self.planner = load_policy(target.run_dir, "planner", target.step)
-        # frozen_sub trains only the planner: its sub-agent is the latest (or only) sub checkpoint.
-        self.sub = load_policy(target.run_dir, "sub", target.step if target.trainer == "mgrpo" else None) \
-            if self.multi else None
+        self.weights = resolve_weights(target)
+        self.planner = load_policy(target.run_dir, "planner", weights=self.weights["planner"])
+        self.sub = load_policy(target.run_dir, "sub", weights=self.weights["sub"]) if self.multi else None
         self._engine: Any = None
+        # The agents see the world as they did in training: the run's address for it (world.address, e.g.
+        # http://world.local, which the warm start's demonstrations use) and its tool settings (hits per
+        # search, characters per page); only the visit backend is the suite's (--visit-backend).
+        world_cfg = config.get("world") if isinstance(config.get("world"), dict) else {}
+        self.address: str | None = world_cfg.get("address") or None
+        tools = config.get("tools") if isinstance(config.get("tools"), dict) else {}
+        self.tools_cfg: dict[str, Any] = dict(tools)
+        self._toolbox: Any = None
+
+    def toolbox(self) -> Any:
+        """The run's toolbox over the suite's world server (built once, on first use)."""
+        if self._toolbox is None:
+            from harness.config import from_dict
+            from harness.tools.toolbox import AddressedToolbox, ToolsConfig, build_toolbox
+            from harness.world.search import SearchIndex
+
+            world = self.ctx.world.start()
+            cfg = from_dict(ToolsConfig, {**self.tools_cfg, "visit_backend": world.visit_backend},
+                            "provenance config.tools")
+            inner = build_toolbox(cfg, SearchIndex.build(world.world), world.base_url)
+            self._toolbox = AddressedToolbox(inner, self.address, world.base_url) if self.address else inner
+        return self._toolbox
 
     def answer(self, bench: Benchmark, task: Task) -> Answer:
         from harness.rollout import InProcessSubAgent, Query, SubAgentEngine, run_group
         from harness.world.tasks import task_prompt
 
         world = self.ctx.world
-        question = task_prompt(_local_row(task, world.base_url))
+        question = task_prompt(_local_row(task, self.address or world.base_url))
         if self.multi:
             if self._engine is None:
-                self._engine = SubAgentEngine(self.sub, world.toolbox, self.cfg, seed=self.ctx.target.seed)
+                self._engine = SubAgentEngine(self.sub, self.toolbox(), self.cfg, seed=self.ctx.target.seed)
             result = run_group([Query(task.task_id, question)], self.planner, self.cfg,
                                sub_agent=InProcessSubAgent(self._engine), seed=self.ctx.target.seed)
         else:
             result = run_group([Query(task.task_id, question)], self.planner, self.cfg,
-                               toolbox=world.toolbox, seed=self.ctx.target.seed)
+                               toolbox=self.toolbox(), seed=self.ctx.target.seed)
         episode = result.episodes[0]
         traj = episode.trajectory
         n_tokens = traj.n_model_tokens + sum(t.n_model_tokens for t in result.sub_trajectories)
@@ -381,6 +533,9 @@ class ModelRunner(Runner):
     def close(self) -> None:
         if self._engine is not None:
             self._engine.close()
+        if self._toolbox is not None:
+            self._toolbox.close()  # the run's own toolbox (its browser pool, with --visit-backend playwright)
+            self._toolbox = None
 
 
 RunnerFactory = Callable[[RunnerContext], Runner]

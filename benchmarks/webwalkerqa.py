@@ -90,6 +90,12 @@ class WebWalkerQA(Benchmark):
         super().__init__(**options)
         self.path = Path(path) if path is not None else None
 
+    def data_files(self, split: str | None = None) -> list[Path]:
+        split = split or "main"
+        if self.path is not None or split not in SPLIT_FILES:
+            return []
+        return [self.data_dir / "webwalkerqa" / SPLIT_FILES[split]]
+
     def load(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         split = split or "main"
         if self.path is None and split not in SPLIT_FILES:

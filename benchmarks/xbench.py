@@ -129,7 +129,11 @@ class XBenchDeepSearch(Benchmark):
             raise ValueError(f"xbench_deepsearch: unknown version {version!r}; use one of {sorted(VERSIONS)}")
         self.version = version if csv_path is None else f"{version}+{Path(csv_path).name}"
         self.csv_path = Path(csv_path) if csv_path is not None else self.data_dir / "xbench" / VERSIONS[version]
+        self._csv_in_data_dir = csv_path is None
         self._reference_steps: dict[str, str] = {}
+
+    def data_files(self, split: str | None = None) -> list[Path]:
+        return [self.csv_path] if self._csv_in_data_dir else []
 
     def load(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         if split not in (None, "test", "train", "all"):

@@ -8,7 +8,14 @@ torch).
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+
+# The embedded default runs offline (docs/models.md): set before any Hugging Face library is imported, so a
+# command copied into a fresh shell never waits on the Hub; an explicit setting in the environment wins.
+for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # command: (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

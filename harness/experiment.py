@@ -59,8 +59,9 @@ def _run(argv: list[str], log: Path) -> int:
         return subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT).returncode
 
 
-def check_budget(args: argparse.Namespace, preset_dir: Path, arms: list[str], *, ws_done: bool) -> int:
-    """Print the calibrated time estimate; 3 when it is over ``--budget-min`` (nothing has run yet)."""
+def check_budget(args: argparse.Namespace, preset_dir: Path, arms: list[str], *, ws_done: bool) -> tuple[int, float]:
+    """Print the calibrated time estimate; (exit status, estimated minutes): status 3 when it is over
+    ``--budget-min`` (nothing has run yet), 2 for a config error."""
     from harness.budget import estimate_experiment, format_breakdown
     from harness.config import ConfigError, load_config
     from harness.train_config import load_train_config
@@ -74,7 +75,7 @@ def check_budget(args: argparse.Namespace, preset_dir: Path, arms: list[str], *,
                     for a in arms}
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return 2, 0.0
     print("budget check: calibrating on this machine ...", flush=True)
     est = estimate_experiment(ws_cfg, arm_cfgs, args.seeds, warmstart_done=ws_done)
     total_min = est["total_s"] / 60
@@ -85,8 +86,8 @@ def check_budget(args: argparse.Namespace, preset_dir: Path, arms: list[str], *,
               f"this machine, over the budget of {args.budget_min:g} min; nothing was started. Cut the largest "
               "stage above (fewer seeds, planner.max_steps, warm-start n_demos/epochs) or raise --budget-min.",
               file=sys.stderr)
-        return 3
-    return 0
+        return 3, total_min
+    return 0, total_min
 
 
 def report_title(args: argparse.Namespace) -> str:
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated trainer configs of the preset to run")
     ap.add_argument("--budget-min", type=float, default=None,
                     help="refuse to start when the calibrated estimate of the whole experiment exceeds this many "
-                         "minutes (make demo: 30); the estimate and its breakdown are printed either way")
+                         "minutes (make demo: BUDGET, default 40); the estimate and its breakdown are printed either way")
     args = ap.parse_args(argv)
 
     preset_dir = CONFIGS / args.preset
@@ -122,14 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"note: preset {args.preset} has no config for {missing}; skipped")
     plan = [(arm, seed) for arm in arms for seed in range(args.seeds)]
-    print(f"experiment {out}: warm start, then {len(plan)} training runs "
-          f"({', '.join(arms)} x {args.seeds} seeds), then the report in {report}", flush=True)
+    print(f"experiment {out}: warm start, then {len(plan)} training run{'s' * (len(plan) != 1)} "
+          f"({', '.join(arms)} x {args.seeds} seed{'s' * (args.seeds != 1)}), then the report in {report}", flush=True)
     t0 = time.perf_counter()
 
     ws_dir = out / "warmstart"
     ws_config = preset_dir / "warmstart.yaml"
+    estimate_min = None
     if args.budget_min is not None:
-        rc = check_budget(args, preset_dir, arms, ws_done=(ws_dir / "warmstart.json").is_file())
+        rc, estimate_min = check_budget(args, preset_dir, arms, ws_done=(ws_dir / "warmstart.json").is_file())
         if rc:
             return rc
     if not (ws_dir / "warmstart.json").is_file():
@@ -174,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     # A child in the repository like the runs, so the report names the runs folder as the runs do.
     rc = subprocess.run([sys.executable, "-m", "harness.report", "--runs", _arg(runs_dir), "--out", _arg(report),
                          "--title", report_title(args)], cwd=ROOT).returncode
-    print(f"done in {time.perf_counter() - t0:.0f} s; report: {report / 'report.md'}", flush=True)
+    wall_min = (time.perf_counter() - t0) / 60
+    against = f" (estimated {estimate_min:.1f} min)" if estimate_min is not None else ""
+    print(f"done in {wall_min:.1f} min{against}; report: {report / 'report.md'}", flush=True)
     if failed:
         print("failed runs:\n  " + "\n  ".join(failed), file=sys.stderr)
         return 1

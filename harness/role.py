@@ -25,7 +25,11 @@ Both roles write one :class:`harness.records.StepRecord` per optimizer step to
 Resume (DESIGN §4): the sub role acknowledges a group only after a checkpoint covers it and records
 the covered store position in the checkpoint (``mgrpo_store.json``); it spools every sub-agent
 trajectory to ``<run>/sub/trajectories.jsonl`` before answering the planner, so a restarted sub role
-trains on redelivered groups; on resume each role drops step records after its checkpoint.
+trains on redelivered groups. On resume each role starts from its last *complete* checkpoint
+(:func:`last_checkpoint`; a half-written one is deleted), or from step 0 when there is none, and drops
+its step records after that step; the planner also drops the evaluation records after it and redoes
+that step's evaluation when a kill cut it. A role whose checkpoint is already at its max steps trains
+no further (resuming a completed run changes no record).
 
 Decisions where DESIGN is silent:
 - **Store query ids** are ``<task_id>@<step>.<process>.<i>`` (the task id is also in the record's
@@ -46,6 +50,7 @@ import argparse
 import hashlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -228,9 +233,13 @@ def make_step_recorder(role: str, cfg: TrainConfig, run_dir: Path, stats: StepSt
 
 
 def mgrpo_args(cfg: TrainConfig, role: str, out_dir: Path, group_size: int, n_groups: int, max_steps: int) -> Any:
-    """The ``MGRPOConfig`` of a role from its config section (batch sizes derived, DESIGN §3)."""
+    """The ``MGRPOConfig`` of a role from its config section (batch sizes derived, DESIGN §3).
+
+    ``out_dir`` is ``<run>/<role>/checkpoints``. TRL also reports to the trackers of ``report_to``
+    under the run name ``<run_id>-<role>``; TensorBoard writes to ``<run>/<role>/tensorboard``."""
     import torch
 
+    from harness.train_config import report_targets
     from mgrpo.trainer import MGRPOConfig
 
     sec = cfg.planner if role == "planner" else cfg.sub
@@ -239,13 +248,21 @@ def mgrpo_args(cfg: TrainConfig, role: str, out_dir: Path, group_size: int, n_gr
         raise ConfigError(f"{role}.num_processes={sec.num_processes} but this role runs with {n_proc} processes "
                           f"(WORLD_SIZE); set {role}.num_processes={n_proc}")
     per_device = n_groups * group_size // sec.micro_batches
+    report_to = report_targets(cfg.report_to)
+    role_dir = out_dir.parent
+    if "tensorboard" in report_to:
+        # transformers 5 has no TrainingArguments.logging_dir: its TensorBoard callback reads this variable
+        # (else it writes under output_dir, among the checkpoints). One folder per role, so `tensorboard
+        # --logdir runs/` shows every run and role apart.
+        os.environ["TENSORBOARD_LOGGING_DIR"] = str(role_dir / "tensorboard")
     kwargs: dict[str, Any] = dict(
         output_dir=str(out_dir), num_generations=group_size, per_device_train_batch_size=per_device,
         gradient_accumulation_steps=sec.gradient_accumulation_steps, max_steps=max_steps,
         learning_rate=sec.learning_rate, lr_scheduler_type=sec.lr_scheduler_type, warmup_steps=sec.warmup_steps,
         weight_decay=sec.weight_decay, max_grad_norm=sec.max_grad_norm, loss_type=sec.loss_type,
         ratio_level=sec.ratio_level, epsilon=sec.epsilon, epsilon_high=sec.epsilon_high, beta=sec.beta,
-        temperature=max(cfg.rollout.temperature, 1e-6), seed=cfg.seed, report_to="none", disable_tqdm=True,
+        temperature=max(cfg.rollout.temperature, 1e-6), seed=cfg.seed, disable_tqdm=True,
+        report_to=report_to or "none", run_name=f"{role_dir.parent.name}-{role}",
         save_strategy="steps", save_steps=sec.save_steps or max_steps, save_only_model=False,
         logging_steps=1, bf16=sec.bf16, gradient_checkpointing=sec.gradient_checkpointing,
         dataloader_num_workers=0, shuffle_dataset=True,
@@ -276,10 +293,54 @@ def build_toolbox(cfg: TrainConfig, world_url: str) -> Any:
     return AddressedToolbox(toolbox, cfg.world.address, world_url) if cfg.world.address else toolbox
 
 
-def last_checkpoint(out_dir: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+_CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")
 
-    return get_last_checkpoint(str(out_dir)) if out_dir.is_dir() else None
+
+def checkpoint_step(path: str | Path) -> int:
+    """The optimizer step of a ``checkpoint-<step>`` directory."""
+    return int(Path(path).name.split("-")[-1])
+
+
+def checkpoint_complete(path: Path, required: Sequence[str] = ()) -> bool:
+    """Whether a checkpoint was written to the end: TRL's ``_save_checkpoint`` writes ``trainer_state.json``
+    last (after the model, optimizer, scheduler and RNG), so it must parse and name the directory's step;
+    ``required`` are files the role writes after TRL's (the sub role's store position)."""
+    import json
+
+    try:
+        state = json.loads((path / "trainer_state.json").read_text())
+        complete = int(state["global_step"]) == checkpoint_step(path)
+        for name in required:
+            json.loads((path / name).read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return complete
+
+
+def last_checkpoint(out_dir: Path, required: Sequence[str] = ()) -> str | None:
+    """The newest *complete* ``checkpoint-<step>`` under ``out_dir`` (:func:`checkpoint_complete`), else None.
+
+    Not TRL's ``get_last_checkpoint``: that returns the highest-numbered directory, also one a kill left
+    half-written (no ``trainer_state.json``), from which ``resume_from_checkpoint`` cannot restore."""
+    if not out_dir.is_dir():
+        return None
+    found = [(int(m.group(1)), d) for d in out_dir.iterdir()
+             if (m := _CHECKPOINT_DIR.fullmatch(d.name)) and d.is_dir() and checkpoint_complete(d, required)]
+    return str(max(found)[1]) if found else None
+
+
+def drop_incomplete_checkpoints(out_dir: Path, required: Sequence[str] = ()) -> list[str]:
+    """On resume: delete the checkpoint directories a kill left half-written (the step is redone and saved
+    again), so nothing that lists checkpoints (evaluation, TRL's rotation) ever loads one."""
+    import shutil
+
+    gone = []
+    if out_dir.is_dir():
+        for d in sorted(out_dir.iterdir()):
+            if _CHECKPOINT_DIR.fullmatch(d.name) and d.is_dir() and not checkpoint_complete(d, required):
+                shutil.rmtree(d, ignore_errors=True)
+                gone.append(d.name)
+    return gone
 
 
 # ------------------------------------------------------------------------------ planner role
@@ -434,7 +495,12 @@ def run_planner(cfg: TrainConfig, run_dir: Path, store: Any, world_url: str, sub
     spec = get_trainer(str(cfg.trainer))
     store.put_stat(PLANNER_DONE, None)  # a previous (killed) planner's signal does not count
     tasks, eval_tasks = load_tasks(cfg)
-    model, tok = load_model_for(cfg.models.planner, spec.planner_agent, cfg)
+    out_dir = run_dir / "planner" / "checkpoints"
+    ckpt = last_checkpoint(out_dir) if resume else None  # complete checkpoints only
+    done = checkpoint_step(ckpt) if ckpt else 0
+    # The checkpoint's weights from the start (TRL loads them again in train()), so an evaluation of step
+    # `done` that has to be redone below evaluates that step's policy.
+    model, tok = load_model_for(ckpt or cfg.models.planner, spec.planner_agent, cfg)
     sub_client, toolbox = None, None
     if spec.delegates:
         sub_url = sub_url or wait_for_sub_url(store, cfg.service.startup_timeout_s)
@@ -444,7 +510,6 @@ def run_planner(cfg: TrainConfig, run_dir: Path, store: Any, world_url: str, sub
         toolbox = build_toolbox(cfg, world_url)
     stats = StepStats()
     rollout = PlannerRollout(cfg, tasks, store, world_url, sub_client, toolbox, tok, stats)
-    out_dir = run_dir / "planner" / "checkpoints"
     args = mgrpo_args(cfg, "planner", out_dir, cfg.k, cfg.planner_groups, cfg.planner_steps)
     ids = sorted(tasks)
     dataset = Dataset.from_dict({"prompt": ids})
@@ -453,7 +518,7 @@ def run_planner(cfg: TrainConfig, run_dir: Path, store: Any, world_url: str, sub
         store.set_policy_version("planner", step)
         if not trainer.accelerator.is_main_process:
             return  # evaluation on the main process (with vLLM generation; see docs/training.md)
-        if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.planner_steps):
+        if is_eval_step(cfg, step):
             n = run_eval(cfg, run_dir, rollout, eval_tasks, step)
             print(f"[planner] eval at step {step}: {n} task records", flush=True)
 
@@ -461,19 +526,85 @@ def run_planner(cfg: TrainConfig, run_dir: Path, store: Any, world_url: str, sub
                            callbacks=[make_step_recorder("planner", cfg, run_dir, stats, on_step)],
                            advantage_fn=resolve_advantage_fn(cfg.planner.advantage_fn))
     rollout.ensure_runtime(trainer)
-    ckpt = last_checkpoint(out_dir) if resume else None
-    if ckpt is not None:
-        truncate_metrics(run_dir, "planner", int(Path(ckpt).name.split("-")[-1]))
-    if cfg.eval.every and not resume and trainer.accelerator.is_main_process:
-        run_eval(cfg, run_dir, rollout, eval_tasks, 0)
+    main = trainer.accelerator.is_main_process
+    if resume and main:  # the records after step `done` are redone: drop them (also with no checkpoint: done = 0)
+        resume_records(run_dir, "planner", done, out_dir)
+        dropped = drop_evals(run_dir, lambda s: s > done)
+        if dropped:
+            print(f"[planner] resume from step {done}: dropped the evaluation records of steps {dropped}", flush=True)
+    if main and is_eval_step(cfg, done) and not eval_complete(run_dir, done, eval_tasks):
+        drop_evals(run_dir, lambda s: s == done)  # a cut evaluation is redone whole, never appended to
+        rollout.runtime.policy_version = done
+        n = run_eval(cfg, run_dir, rollout, eval_tasks, done)
+        print(f"[planner] eval at step {done}: {n} task records", flush=True)
+    finished = done >= cfg.planner_steps
     try:
-        trainer.train(resume_from_checkpoint=ckpt)
+        if finished:
+            # TRL would train one step more: its loop only checks max_steps after a step (resume of a completed run)
+            print(f"[planner] already finished: {Path(ckpt).name} is step {done} of {cfg.planner_steps}", flush=True)
+        else:
+            trainer.train(resume_from_checkpoint=ckpt)
     finally:
         if toolbox is not None:
             toolbox.close()
-    store.put_stat(PLANNER_DONE, {"step": int(trainer.state.global_step), "time": time.time()})
-    print(f"[planner] finished after {trainer.state.global_step} steps", flush=True)
+    step = done if finished else int(trainer.state.global_step)
+    store.put_stat(PLANNER_DONE, {"step": step, "time": time.time()})
+    print(f"[planner] finished after {step} steps", flush=True)
     return 0
+
+
+def is_eval_step(cfg: TrainConfig, step: int) -> bool:
+    """Whether ``eval.every`` asks for an evaluation of the policy of ``step`` (0, every N, the last)."""
+    return bool(cfg.eval.every) and (step % cfg.eval.every == 0 or step == cfg.planner_steps)
+
+
+def _local_eval_files(run_dir: Path) -> list[tuple[int, Path]]:
+    """``(step, file)`` of the planner role's own evaluation records (``eval/<step>/local_<style>.jsonl``)."""
+    from harness.records import RunPaths
+
+    return [(step, path) for step, bench, path in RunPaths(run_dir).eval_files() if bench.startswith("local_")]
+
+
+def eval_complete(run_dir: Path, step: int, eval_tasks: list[dict[str, Any]]) -> bool:
+    """Whether the evaluation of ``step`` holds exactly one record per evaluation task (none cut, none twice)."""
+    from harness.records import RecordError, read_tasks
+    from harness.world.tasks import benchmark_of
+
+    got = []
+    for s, path in _local_eval_files(run_dir):
+        if s != step:
+            continue
+        try:
+            res = read_tasks(path, tolerate_truncated_tail=True)
+        except RecordError:
+            return False
+        if res.truncated_tail:
+            return False
+        got += [(r.benchmark, r.task_id) for r in res.records]
+    return sorted(got) == sorted((f"local_{benchmark_of(t)}", task_key(t)) for t in eval_tasks)
+
+
+def drop_evals(run_dir: Path, which: Any) -> list[int]:
+    """Delete the planner's evaluation records of the steps ``which(step)`` selects; returns those steps."""
+    dropped = set()
+    for s, path in _local_eval_files(run_dir):
+        if which(s):
+            path.unlink(missing_ok=True)
+            dropped.add(s)
+            try:
+                path.parent.rmdir()  # when nothing else (e.g. a benchmark's records) is in it
+            except OSError:
+                pass
+    return sorted(dropped)
+
+
+def resume_records(run_dir: Path, role: str, step: int, out_dir: Path, required: Sequence[str] = ()) -> None:
+    """On resume from ``step`` (0: no checkpoint): drop the role's half-written checkpoints and its step
+    records after ``step``, and say what was dropped."""
+    gone = drop_incomplete_checkpoints(out_dir, required)
+    n = truncate_metrics(run_dir, role, step)
+    print(f"[{role}] resume from step {step}" + (f" ({n} later step records dropped)" if n else "")
+          + (f"; removed half-written {', '.join(gone)}" if gone else ""), flush=True)
 
 
 def wait_for_sub_url(store: Any, timeout_s: float) -> str:
@@ -521,6 +652,7 @@ class SubRollout:
         self.step_lock, self.stats = step_lock, stats
         self.buffer: dict[tuple[str, int, int], Any] = {}
         self.to_ack: list[tuple[str, int]] = []  # (query_id, position) trained on, acked once checkpointed
+        self.current: list[str] = []  # query ids taken for the step being filled (its record's extra.groups)
         self.spool = spool
         self.resume_position = resume_position
         self.skipped_redelivered = 0
@@ -545,16 +677,37 @@ class SubRollout:
             t = Trajectory(**row)
             self.buffer[(t.query_id, t.rollout, t.call or 0)] = t
 
+    def covered(self, group: Any) -> bool:
+        """A redelivered group the resumed checkpoint already trained on (killed between checkpoint and ack)."""
+        return (group.redelivered and self.resume_position is not None and group.position is not None
+                and group.position <= self.resume_position)
+
     def take(self) -> Any:
         """The next group to train on; redelivered groups the last checkpoint covers are acked and skipped."""
         while True:
             group = self.next_group()
-            if (group.redelivered and self.resume_position is not None and group.position is not None
-                    and group.position <= self.resume_position):
+            if self.covered(group):
                 self.store.ack_group(group.query_id)  # trained on before the kill, checkpointed, not acked
                 self.skipped_redelivered += 1
                 continue
             return group
+
+    def settle_covered(self) -> int:
+        """For a resumed role with no step left: ack the redelivered groups its checkpoint covers; the count.
+
+        Redeliveries come before any new group, so taking as many groups as are pending takes only those."""
+        from mgrpo.store import StoreTimeout
+
+        n = 0
+        for _ in range(len(self.store.pending_groups())):
+            try:
+                group = self.store.take_next_group(timeout=0.0)
+            except StoreTimeout:
+                break
+            if self.covered(group):
+                self.store.ack_group(group.query_id)
+                n += 1
+        return n
 
     def ack_checkpointed(self) -> int | None:
         """Ack the groups trained on so far (call right after a checkpoint); returns the largest position."""
@@ -626,6 +779,7 @@ class SubRollout:
         t0 = time.perf_counter()
         wait = 0.0
         self.dup = self.drop = 0
+        self.current = []
         chosen: list[Any] = []
         if self.cfg.alignment.mode == "none":
             # Ablation: FIFO chunks of d*K in arrival order regardless of query; surplus chunks wait.
@@ -635,6 +789,7 @@ class SubRollout:
                 wait += time.perf_counter() - tw
                 self.drain()
                 self.to_ack.append((group.query_id, int(group.position or 0)))
+                self.current.append(group.query_id)
                 items = self.items_of(group)
                 self.chunker.push([items[key] for key in sorted(items)])
                 self.ready.extend(self.chunker.pop_ready())
@@ -652,6 +807,7 @@ class SubRollout:
                 self.store.ack_group(group.query_id)  # nothing to train on: done now
                 continue
             self.to_ack.append((group.query_id, int(group.position or 0)))
+            self.current.append(group.query_id)
             chosen.extend(aligned)
         self.step_lock.hold()  # from here until the optimizer step ends, no sub-agent episode runs
 
@@ -673,7 +829,7 @@ class SubRollout:
         s.fields = ({"align_duplicated": self.dup, "align_dropped": self.drop}
                     if self.cfg.alignment.mode == "query" else {})
         s.extra = {"empty_groups": self.empty_groups, "missing_trajectories": self.missing,
-                   "alignment": self.cfg.alignment.mode,
+                   "alignment": self.cfg.alignment.mode, "groups": list(self.current),
                    "sub_policy_versions": sorted({int(t.policy_version) for t, _, _ in chosen})}
         trainer.model.train()
         return out
@@ -688,7 +844,9 @@ def run_sub(cfg: TrainConfig, run_dir: Path, store: Any, world_url: str, resume:
     if not spec.has_sub:
         raise ConfigError(f"trainer {cfg.trainer!r} has no sub role (roles: {spec.roles})")
     out_dir = run_dir / "sub" / "checkpoints"
-    ckpt = last_checkpoint(out_dir) if resume and spec.sub_trains else None
+    # A sub checkpoint is complete with its store position too (written after TRL's files, before the acks).
+    ckpt = last_checkpoint(out_dir, (STORE_POSITION_FILE,)) if resume and spec.sub_trains else None
+    done = checkpoint_step(ckpt) if ckpt else 0
     # On resume the service must answer with the checkpoint's weights from its first request on.
     model, tok = load_model_for(ckpt or cfg.models.sub, "sub_agent", cfg)
     toolbox = build_toolbox(cfg, world_url)
@@ -696,7 +854,7 @@ def run_sub(cfg: TrainConfig, run_dir: Path, store: Any, world_url: str, resume:
     stats = StepStats()
     engine = SubAgentEngine(AgentRuntime(make_backend(model, tok, cfg.sub.vllm_url), tok), toolbox,
                             cfg.rollout, seed=cfg.seed + 7)
-    engine.runtime.policy_version = int(Path(ckpt).name.split("-")[-1]) if ckpt else 0
+    engine.runtime.policy_version = done
     server = SubAgentServer(engine, host=cfg.service.host, port=cfg.service.port)
     url = cfg.service.public_url or server.url
     if not spec.sub_trains:  # frozen: its weights are the checkpoint at every step (for evaluation)
@@ -705,21 +863,28 @@ def run_sub(cfg: TrainConfig, run_dir: Path, store: Any, world_url: str, resume:
             model.save_pretrained(frozen)
             tok.save_pretrained(frozen)
     if spec.sub_trains:  # built before the service answers, so every trajectory is spooled
-        if ckpt is not None:
-            truncate_metrics(run_dir, "sub", int(Path(ckpt).name.split("-")[-1]))
+        if resume:  # also with no checkpoint (done = 0): every step record is redone
+            resume_records(run_dir, "sub", done, out_dir, (STORE_POSITION_FILE,))
         trainer = _sub_trainer(cfg, run_dir, store, server, model, tok, out_dir, stats, resume_from=ckpt)
+    finished = spec.sub_trains and done >= cfg.sub_max_steps
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set() if trainer is None else _raise_sigterm())
     with server:
         store.put_stat(SUB_URL, url)
         print(f"[sub] serving sub-agent at {url} (trains: {spec.sub_trains})", flush=True)
         try:
-            if spec.sub_trains:
+            version = done
+            if finished:
+                # TRL would train one step more: its loop only checks max_steps after a step
+                settled = trainer._mgrpo_rollout.settle_covered()
+                print(f"[sub] already finished: {Path(ckpt).name} is step {done} of {cfg.sub_max_steps}"
+                      + (f" ({settled} redelivered groups it covers acknowledged)" if settled else ""), flush=True)
+            elif spec.sub_trains:
                 _train_sub(trainer, ckpt, cfg, out_dir)
-                print(f"[sub] finished after {trainer.state.global_step} steps", flush=True)
+                version = int(trainer.state.global_step)
+                print(f"[sub] finished after {version} steps", flush=True)
             # The planner can still call the service after the sub-agent's last step: its final evaluation,
             # and its last step's episodes when the sub role trains faster. Serve until it says it is done.
-            version = int(trainer.state.global_step) if trainer is not None else 0
             while not stop.wait(0.5):
                 store.heartbeat("sub", {"policy_version": version})
                 if store.get_stat(PLANNER_DONE) is not None:
@@ -736,9 +901,11 @@ def _train_sub(trainer: Any, ckpt: str | None, cfg: TrainConfig, out_dir: Path) 
         trainer.train(resume_from_checkpoint=ckpt)
     except PlannerFinished:
         step = int(trainer.state.global_step)
+        rollout = trainer._mgrpo_rollout
         print(f"[sub] the planner finished and no complete query group is left: stopping after {step} of "
-              f"{cfg.sub_max_steps} steps ({trainer._mgrpo_rollout.empty_groups} groups had no sub-agent call)",
-              flush=True)
+              f"{cfg.sub_max_steps} steps ({rollout.empty_groups} groups had no sub-agent call"
+              + (f"; {len(rollout.current)} taken groups, fewer than a step needs, not trained: {rollout.current}"
+                 if rollout.current else "") + ")", flush=True)
         trainer._mgrpo_lock.release()
         target = out_dir / f"checkpoint-{step}"
         if step > 0 and not target.is_dir():
@@ -786,6 +953,7 @@ def _sub_trainer(cfg: TrainConfig, run_dir: Path, store: Any, server: Any, model
 
     from datasets import Dataset
 
+    from harness.records import write_json_atomic
     from mgrpo.trainer import MGRPOTrainer
 
     tasks, _ = load_tasks(cfg)
@@ -810,11 +978,14 @@ def _sub_trainer(cfg: TrainConfig, run_dir: Path, store: Any, server: Any, model
             checkpoint_saved(Path(args.output_dir) / f"checkpoint-{state.global_step}")
 
     def checkpoint_saved(ckpt: Path) -> None:
-        top = rollout.ack_checkpointed()
+        # The position first (atomically; it completes the checkpoint, see last_checkpoint), then the acks: a
+        # kill in between leaves groups the checkpoint covers unacknowledged, and those are skipped on resume.
+        top = max((p for _, p in rollout.to_ack), default=-1)
         if ckpt.is_dir():
             prev = rollout.resume_position if rollout.resume_position is not None else -1
-            (ckpt / STORE_POSITION_FILE).write_text(json.dumps({"max_position": max(prev, top if top is not None else -1)}))
-            rollout.resume_position = max(prev, top if top is not None else -1)
+            write_json_atomic(ckpt / STORE_POSITION_FILE, {"max_position": max(prev, top)})
+            rollout.resume_position = max(prev, top)
+        rollout.ack_checkpointed()
 
     args = mgrpo_args(cfg, "sub", out_dir, cfg.sub_group_size, cfg.sub_groups, cfg.sub_max_steps)
     # The dataset only paces TRL's sampler: each "prompt" is a slot the rollout fills with one query group.
@@ -837,7 +1008,8 @@ def store_url(cfg: TrainConfig, run_dir: Path) -> str:
 
 
 def truncate_metrics(run_dir: Path, role: str, step: int) -> int:
-    """On resume from checkpoint ``step``: drop step records after it (that history is replayed)."""
+    """On resume from checkpoint ``step`` (0 when there is none): drop the step records after it (those
+    steps are redone) and any line a kill cut; returns how many lines were dropped."""
     from harness.records import RunPaths
 
     path = RunPaths(run_dir).metrics(role)

@@ -4,8 +4,10 @@
         [--seed S] [--max-steps N] [--run-dir DIR | --resume RUN_DIR] [key.path=value ...]
 
 1. Loads and validates the :class:`harness.train_config.TrainConfig` (``--trainer``, ``--seed``,
-   ``--max-steps`` and ``key=value`` override the file), creates ``runs/<run_id>/`` and writes
-   ``config.yaml`` (the resolved config the roles read) and ``provenance.json``.
+   ``--max-steps`` and ``key=value`` override the file) and checks ``models.planner`` / ``models.sub``
+   (:func:`harness.models.check_model_ref`): a bad value is a one-line error, exit status 2, before
+   anything exists. Then creates ``runs/<run_id>/`` and writes ``config.yaml`` (the resolved config
+   the roles read) and ``provenance.json``.
 2. Starts the world server (``python -m harness world serve``) and the roles the trainer needs
    (:data:`baselines.TRAINERS`), each ``python -m harness.role --role ...`` with ``threads``
    torch/OMP threads, logging to ``<run>/logs/<role>.log``. The roles talk over real HTTP and the
@@ -13,7 +15,10 @@
 3. Waits. When the planner finishes, the sub role drains the remaining groups and stops (bounded
    wait). When a role dies, the others are stopped after a bounded wait and the error names the role
    and its log file. Ctrl-C or SIGTERM stops everything; a child also gets SIGTERM when the launcher
-   dies (``PR_SET_PDEATHSIG``). ``status.json`` says ``completed`` or ``failed``.
+   dies (``PR_SET_PDEATHSIG``). ``status.json`` says ``completed`` or ``failed``. Meanwhile
+   :class:`RoleProgress` tails each training role's ``<run>/<role>/metrics.jsonl`` and shows a
+   progress bar per role (step of max steps, last reward, seconds per step) on a terminal, or one
+   plain line per step when stdout is a file or a pipe.
 
 ``--resume RUN_DIR`` restarts the roles of an existing run from their last checkpoints with the
 run's own ``config.yaml`` (the store's consumer log makes sure no group is lost or counted twice).
@@ -30,7 +35,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import yaml
 
@@ -182,6 +187,121 @@ def summarise(run_dir: Path, roles: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
+def check_models(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> None:
+    """Check ``models.planner`` / ``models.sub`` before anything starts (:class:`ConfigError` naming the field and
+    the path), so a bad path costs no role start-up and, for a new run, leaves no run directory behind."""
+    from baselines import get_trainer
+    from harness.models import check_model_ref
+
+    spec = get_trainer(str(cfg.trainer))
+    check_model_ref(cfg.models.planner, spec.planner_agent, key="models.planner")
+    if not spec.has_sub:
+        return
+    # A resumed training sub role loads its last checkpoint, not models.sub (harness.role.run_sub).
+    if resume and spec.sub_trains:
+        from harness.role import STORE_POSITION_FILE, last_checkpoint
+
+        if last_checkpoint(run_dir / "sub" / "checkpoints", required=(STORE_POSITION_FILE,)) is not None:
+            return
+    check_model_ref(cfg.models.sub, "sub_agent", key="models.sub")
+
+
+def role_totals(cfg: TrainConfig) -> dict[str, int]:
+    """Optimizer steps of each role that trains (the progress bars' totals)."""
+    from baselines import get_trainer
+
+    totals = {"planner": cfg.planner_steps}
+    if get_trainer(str(cfg.trainer)).sub_trains:
+        totals["sub"] = cfg.sub_max_steps
+    return totals
+
+
+class RoleProgress:
+    """Console progress of the training roles, read from their ``<run>/<role>/metrics.jsonl``.
+
+    On a terminal: one tqdm bar per role (steps done of its max steps; postfix: the last step's reward
+    and its seconds, rollout + train). Otherwise (stdout is a file or a pipe, e.g. ``harness experiment``'s
+    log): one plain line per new step, so logs stay readable. Steps recorded before this launcher started
+    (``--resume``) count towards the bar but are not printed again; a step the resumed role rewrites is."""
+
+    def __init__(self, run_dir: Path, totals: dict[str, int], stream: TextIO | None = None,
+                 bars: bool | None = None) -> None:
+        self.run_dir = run_dir
+        self.totals = dict(totals)
+        self.stream = stream if stream is not None else sys.stdout
+        self.bars = _isatty(self.stream) if bars is None else bars
+        self._stat: dict[str, tuple[int, int]] = {}
+        self._shown: dict[str, set[tuple[int, float]]] = {}
+        self._bars: dict[str, Any] = {}
+        for role in self.totals:
+            self._shown[role] = {(r.step, r.time) for r in self._read(role) or []}
+        if self.bars:
+            from tqdm import tqdm
+
+            width = max(len(r) for r in self.totals)
+            for i, (role, total) in enumerate(self.totals.items()):
+                done = max((step for step, _ in self._shown[role]), default=0)
+                # no tqdm rate: it would count the start-up (model loading, step-0 evaluation) as step time
+                self._bars[role] = tqdm(total=total, initial=min(done, total), desc=role.rjust(width), unit="step",
+                                        position=i, file=self.stream, dynamic_ncols=True, leave=True,
+                                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+                                                   "[{elapsed}<{remaining}{postfix}]")
+
+    def _read(self, role: str) -> list[Any] | None:
+        """The role's step records when its file changed since the last read, else None."""
+        path = self.run_dir / role / "metrics.jsonl"
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        key = (st.st_size, st.st_mtime_ns)
+        if self._stat.get(role) == key:
+            return None
+        try:  # the role appends while we read: a half-written last line is skipped, never an error
+            recs = read_steps(path, tolerate_truncated_tail=True).records
+        except (OSError, ValueError):
+            return None
+        self._stat[role] = key
+        return recs
+
+    def poll(self) -> None:
+        """Show the steps recorded since the last call."""
+        for role, total in self.totals.items():
+            recs = self._read(role)
+            bar = self._bars.get(role)
+            if recs:
+                new = [r for r in recs if (r.step, r.time) not in self._shown[role]]
+                self._shown[role].update((r.step, r.time) for r in new)
+                if bar is not None:
+                    last = recs[-1]
+                    bar.n = min(last.step, total)
+                    bar.initial = min(bar.initial, bar.n)  # a resumed role rewrote steps after its checkpoint
+                    bar.set_postfix_str(_step_postfix(last), refresh=False)
+                else:
+                    for r in new:
+                        print(f"[train] {role} step {r.step}/{total}: {_step_postfix(r)}", file=self.stream, flush=True)
+            if bar is not None:
+                bar.refresh()  # also ticks the elapsed time while a step runs
+
+    def close(self) -> None:
+        self.poll()
+        for bar in self._bars.values():
+            bar.close()
+        self._bars.clear()
+
+
+def _step_postfix(rec: Any) -> str:
+    reward = "n/a" if rec.reward_mean is None else f"{rec.reward_mean:.3f}"
+    return f"reward {reward}, {(rec.rollout_s or 0.0) + (rec.train_s or 0.0):.1f} s/step"
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def launch(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> int:
     from baselines import get_trainer
 
@@ -213,7 +333,7 @@ def launch(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> int:
             roles[role] = RoleProcess(role, argv, run_dir / "logs" / f"{role}.log", env)
             procs.append(roles[role])
             print(f"[train] started role {role} (pid {roles[role].proc.pid}, log {roles[role].log_path})", flush=True)
-        error = supervise(roles)
+        error = supervise(roles, progress=RoleProgress(run_dir, role_totals(cfg)))
     except KeyboardInterrupt as exc:
         error = f"interrupted ({exc or 'SIGINT'}); all roles stopped"
     except Exception as exc:  # a launcher failure still stops the children
@@ -244,10 +364,22 @@ def reset_run_signals(cfg: TrainConfig, run_dir: Path) -> None:
         store.close()
 
 
-def supervise(roles: dict[str, RoleProcess], poll_s: float = 0.5) -> str | None:
-    """Wait for the roles; None when all finished cleanly, else an error naming the role and its log."""
+def supervise(roles: dict[str, RoleProcess], poll_s: float = 0.5, progress: RoleProgress | None = None) -> str | None:
+    """Wait for the roles; None when all finished cleanly, else an error naming the role and its log.
+
+    ``progress`` (if given) shows each role's steps on the console while it waits, and is closed on return."""
+    try:
+        return _wait_for_roles(roles, poll_s, progress)
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+def _wait_for_roles(roles: dict[str, RoleProcess], poll_s: float, progress: RoleProgress | None) -> str | None:
     planner_done_at: float | None = None
     while True:
+        if progress is not None:
+            progress.poll()
         for name, p in roles.items():
             rc = p.poll()
             if rc is not None and rc != 0:
@@ -284,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--trainer is required (or --resume RUN_DIR)")
     try:
         cfg, run_dir = build_config(args)
+        check_models(cfg, run_dir, resume=bool(args.resume))  # before the run directory exists
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

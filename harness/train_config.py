@@ -6,8 +6,10 @@ directory), so the planner and the sub-agent role never disagree about K, d, see
 Sections: ``models``, ``world``, ``tasks``, ``rollout`` (:class:`harness.rollout.RolloutConfig`),
 ``tools`` (:class:`harness.tools.toolbox.ToolsConfig`), ``rewards``, ``alignment``, ``planner`` and
 ``sub`` (per-role trainer hyper-parameters -> :class:`mgrpo.trainer.MGRPOConfig`), ``store``,
-``service``, ``eval``. Unknown keys, wrong types and inconsistent values fail at load time with a
-message naming the key and what to change (:func:`harness.config.load_config`).
+``service``, ``eval``; the top-level ``report_to`` names the experiment trackers (TensorBoard,
+Trackio, W&B) each role's TRL trainer also reports to. Unknown keys, wrong types and inconsistent
+values fail at load time with a message naming the key and what to change
+(:func:`harness.config.load_config`).
 
 Batch-size rule (TRL ``GRPOTrainer``): the generation batch of a role is ``groups_per_step`` whole
 groups (K completions each for the planner, d*K for the sub-agent) and is split into
@@ -25,6 +27,7 @@ validated here and applied by the planner role from that run's eval records.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -216,6 +219,32 @@ def resolve_advantage_fn(path: str) -> Callable[..., Any]:
     return obj
 
 
+#: Experiment trackers ``report_to`` accepts, each with the modules that provide it (any one of them;
+#: transformers' TensorBoard callback also works with ``tensorboardX``) and what to ``pip install``.
+REPORT_TO_BACKENDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"),
+    "trackio": (("trackio",), "trackio"),
+    "wandb": (("wandb",), "wandb"),
+}
+
+
+def report_targets(value: str | list[str]) -> list[str]:
+    """The trackers named by ``report_to`` (``[]`` for ``none``); :class:`ConfigError` for an unknown or
+    uninstalled one, so a run does not die in its roles when TRL builds the tracker's callback."""
+    names = [value] if isinstance(value, str) else list(value)
+    if names == ["none"]:
+        return []
+    unknown = [n for n in names if n not in REPORT_TO_BACKENDS]
+    if unknown or not names:
+        raise ConfigError(f"report_to={value!r}: choose none, one of {sorted(REPORT_TO_BACKENDS)}, or a list of them")
+    for name in names:
+        modules, package = REPORT_TO_BACKENDS[name]
+        if not any(importlib.util.find_spec(m) is not None for m in modules):
+            raise ConfigError(f"report_to={name!r}: the {package} package is not installed in this environment; "
+                              f"pip install {package} (or set report_to: none)")
+    return list(dict.fromkeys(names))
+
+
 # Kept in sync with mgrpo.trainer.LOSS_TYPES (checked in tests) so that loading a config does not
 # import torch/TRL.
 LOSS_TYPES = ("mgrpo", "grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -268,6 +297,10 @@ class TrainConfig:
     run_id: str | None = help_field(None, "run directory name (null: <trainer>-s<seed>-<time>)")
     runs_dir: str = help_field("runs", "parent directory of run directories")
     threads: int = help_field(1, "torch threads of each role process")
+    report_to: str | list[str] = help_field(
+        "none", "also send each role's TRL training metrics to an experiment tracker: none, tensorboard (event "
+        "files in <run>/<role>/tensorboard), trackio or wandb, or a list of them; the tracker's run name is "
+        "<run_id>-<role>. The package must be installed (pip install tensorboard|trackio|wandb)")
     models: ModelsConfig = field(default_factory=ModelsConfig, metadata={"help": "models"})
     world: WorldSection = field(default_factory=WorldSection, metadata={"help": "offline world"})
     tasks: TasksConfig = field(default_factory=TasksConfig, metadata={"help": "training tasks"})
@@ -319,6 +352,7 @@ class TrainConfig:
         spec = TRAINERS[self.trainer]
         if self.threads < 1:
             raise ConfigError("threads must be >= 1")
+        report_targets(self.report_to)
         if self.rollout.k < 2:
             raise ConfigError(f"rollout.k={self.rollout.k}: GRPO needs at least 2 rollouts per query (set rollout.k >= 2)")
         if self.planner.max_steps is None:

@@ -21,6 +21,11 @@ Package layout (one job per module): ``dataset`` (records -> tables), ``stats`` 
 Exit status: 0 written; 1 nothing to report or unreadable records (the message names the folder,
 file and line); 2 bad command line.
 
+Console summary (issue 14): the report's title, the folders that were skipped and why, the caveats
+of the report (quick runs, fewer than 3 seeds, runs whose sub-agent did not train) and each verdict
+with the caveats that concern it, so the console never states a verdict without the report's
+qualifications.
+
 Deviations from DESIGN §8: the default ``--out`` is ``reports/latest`` (§8 shows
 ``reports/<name>``); a ``report.json`` with the same tables is written too.
 """
@@ -107,6 +112,8 @@ def _summary(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Options) ->
         "accuracy": [clean(dict(c.__dict__)) for c in an.accuracy],
         "claims": [{**{k: v for k, v in c.__dict__.items() if k != "comparisons"},
                     "comparisons": [dict(x.__dict__) for x in c.comparisons]} for c in an.claims],
+        "caveats": [dict(c.__dict__) for c in an.caveats],
+        "skipped": [{"folder": name, "why": why} for name, why in ds.skipped],
         "collapses": [dict(c.__dict__) for c in an.collapses],
         "n_series_checked": an.n_series_checked,
         "diagnostics": [dict(d.__dict__) for d in an.diagnostics],
@@ -115,7 +122,8 @@ def _summary(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Options) ->
         "runs": [{"run_id": r.run_id, "arm": r.arm, "trainer": r.trainer, "seed": r.seed,
                   "state": r.state, "short": r.short, "last_step": r.last_step,
                   "eval_steps": r.eval_steps, "benchmarks": r.benchmarks,
-                  "schemas": sorted(r.schemas), "notes": r.notes} for r in ds.runs],
+                  "schemas": sorted(r.schemas), "notes": r.notes, "sub_steps": r.sub_steps,
+                  "not_comparable": r.not_comparable} for r in ds.runs],
         "figures": [{"name": f.name, "file": f"{FIGURES_DIR}/{f.filename}", "title": f.title,
                      "panels": [dict(p.__dict__) for p in f.panels]} for f in figs],
     }
@@ -159,12 +167,21 @@ def main(argv: list[str] | None = None) -> int:
     except (ReportInputError, rec.RecordError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
+    sys.stdout.write(console_summary(res, opt.title))
+    return 0
+
+
+def console_summary(res: ReportResult, title: str) -> str:
+    """What ``main`` prints: the same qualifications as the report (title, caveats, skipped folders)."""
     ds, an = res.dataset, res.analysis
-    sys.stdout.write(f"report of {len(ds.runs)} runs ({', '.join(ds.arms())}) written to "
-                     f"{res.out_dir}:\n  {res.markdown}\n  {res.html}\n  {res.json}\n")
+    lines = [f"report {title!r} of {len(ds.runs)} runs ({', '.join(ds.arms())}) written to {res.out_dir}:",
+             f"  {res.markdown}", f"  {res.html}", f"  {res.json}"]
+    lines += [f"  skipped {name}/: {why}" for name, why in ds.skipped]
+    lines += [f"  caveat: {c.text}" for c in an.caveats]
     for c in an.claims:
-        sys.stdout.write(f"  {c.figure} {c.statement}: {c.verdict}\n")
+        lines.append(f"  {c.figure} {c.statement}: {c.verdict}"
+                     + (f" (caveats: {'; '.join(c.caveats)})" if c.caveats else ""))
     for r in ds.runs:
         if r.failed or r.notes:
-            sys.stdout.write(f"  note {r.run_id}: {r.state}; {'; '.join(r.notes)}\n")
-    return 0
+            lines.append(f"  note {r.run_id}: {r.state}; {'; '.join(r.notes)}")
+    return "\n".join(lines) + "\n"

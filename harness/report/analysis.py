@@ -18,6 +18,11 @@ Decisions where §8 is silent (also in docs/report.md):
 - **Curves** include failed runs up to where they stopped (they are measurements too).
 - **Diagnostics** per arm × role: each run's mean over its last 10% of steps (at least one),
   then the mean over runs; alignment counters are mean per step over the whole run.
+- **Caveats** (issue 14): a verdict is computed whatever the runs, but one resting on quick runs
+  (a run's planner trained fewer than :data:`QUICK_STEPS` steps), on fewer than :data:`MIN_SEEDS`
+  seeds of an arm, or on runs whose sub-agent did not train (``RunInfo.not_comparable``) carries
+  that caveat: in the claims table, the report's caveat list and every console summary. Failed runs
+  are left out of these counts as they are of the verdicts.
 """
 
 from __future__ import annotations
@@ -29,10 +34,14 @@ import numpy as np
 import pandas as pd
 
 from harness.report import stats
-from harness.report.dataset import Dataset, RunInfo
+from harness.report.dataset import Dataset, RunInfo, sort_arms
 
 FINAL_WINDOW = 0.10
 """Fraction of a run's last steps averaged for 'final' training statistics."""
+QUICK_STEPS = 10
+"""A run whose planner trained fewer steps than this is a quick run: it checks the pipeline, claims no learning."""
+MIN_SEEDS = 3
+"""Fewer (non-failed) runs of an arm than this and its verdicts carry a caveat."""
 
 
 @dataclass
@@ -92,6 +101,8 @@ class Claim:
     comparisons: list[Comparison]
     """Per pair: the pooled comparison first, then per-benchmark ones."""
     note: str = ""
+    caveats: list[str] = field(default_factory=list)
+    """Labels of the :class:`Caveat` s that concern the claim's arms (see :func:`caveats`)."""
 
 
 CLAIMS: tuple[tuple[str, str, str, list[tuple[str, str]]], ...] = (
@@ -136,6 +147,19 @@ class SubCallsHist:
 
 
 @dataclass
+class Caveat:
+    """A reason to distrust the verdicts that involve ``arms``."""
+
+    key: str
+    """``quick``, ``few_seeds`` or ``sub_untrained``."""
+    label: str
+    """Short form for a verdict line, e.g. ``quick runs``."""
+    text: str
+    """The full sentence (report and console)."""
+    arms: list[str]
+
+
+@dataclass
 class Analysis:
     accuracy: list[AccuracyCell]
     claims: list[Claim]
@@ -145,6 +169,7 @@ class Analysis:
     sub_calls: list[SubCallsHist]
     run_acc: pd.DataFrame
     """Accuracy per run_id, arm, seed, step, benchmark (mean over tasks) and n_tasks."""
+    caveats: list[Caveat] = field(default_factory=list)
 
 
 DIAG_COLUMNS = ("reward_mean", "clip_ratio", "entropy", "grad_norm", "kl", "frac_zero_std_groups",
@@ -157,9 +182,49 @@ def analyse(ds: Dataset, *, smooth: float, collapse_margin: float, seed: int = 0
     run_acc = run_accuracy(ds)
     acc = accuracy_table(ds, seed=seed, n_boot=n_boot)
     claims = evaluate_claims(ds, acc, run_acc, seed=seed, n_boot=n_boot)
+    cav = caveats(ds)
+    for cl in claims:
+        arms = {a for pair in cl.pairs for a in pair}
+        cl.caveats = [c.label for c in cav if arms & set(c.arms)]
     collapses, n_checked = find_collapses(ds, run_acc, margin=collapse_margin, alpha=smooth)
     return Analysis(accuracy=acc, claims=claims, collapses=collapses, n_series_checked=n_checked,
-                    diagnostics=diagnostics(ds), sub_calls=sub_calls_hists(ds), run_acc=run_acc)
+                    diagnostics=diagnostics(ds), sub_calls=sub_calls_hists(ds), run_acc=run_acc,
+                    caveats=cav)
+
+
+def caveats(ds: Dataset) -> list[Caveat]:
+    """What qualifies the verdicts: quick runs, too few seeds, runs whose sub-agent did not train."""
+    out: list[Caveat] = []
+    ok = [r for r in ds.runs if not r.failed]
+    quick: dict[str, list[int]] = {}
+    for r in ok:
+        steps = r.last_step.get("planner", r.max_step)
+        if steps is not None and steps < QUICK_STEPS:
+            quick.setdefault(r.arm, []).append(steps)
+    if quick:
+        n = sum(len(v) for v in quick.values())
+        per = ", ".join(f"{a}: {len(v)} run(s) of at most {max(v)} steps" for a, v in
+                        ((a, quick[a]) for a in sort_arms(list(quick))))
+        out.append(Caveat("quick", "quick runs",
+                          f"quick runs: {n} run(s) trained fewer than {QUICK_STEPS} planner steps ({per}); "
+                          f"such runs check the pipeline and claim no learning", sort_arms(list(quick))))
+    seeds: dict[str, int] = {}
+    for r in ok:
+        seeds[r.arm] = seeds.get(r.arm, 0) + 1
+    few = [a for a in sort_arms(list(seeds)) if seeds[a] < MIN_SEEDS]
+    if few:
+        out.append(Caveat("few_seeds", f"fewer than {MIN_SEEDS} seeds",
+                          f"fewer than {MIN_SEEDS} seeds: {', '.join(f'{a} {seeds[a]}' for a in few)} "
+                          f"run(s) (failed runs not counted); intervals over so few seeds say little", few))
+    untrained = [r for r in ok if r.not_comparable]
+    if untrained:
+        arms = sort_arms(list({r.arm for r in untrained}))
+        per = "; ".join(f"{r.run_id}: {r.not_comparable}" for r in untrained)
+        totals = ", ".join(f"{sum(r.arm == a for r in untrained)} of {seeds[a]} {a}" for a in arms)
+        out.append(Caveat("sub_untrained", "sub-agent did not train",
+                          f"sub-agent did not train in {totals} run(s), not comparable ({per}): "
+                          f"such a run is a frozen_sub run under another name", arms))
+    return out
 
 
 def run_accuracy(ds: Dataset) -> pd.DataFrame:

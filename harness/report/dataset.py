@@ -15,6 +15,15 @@ What a run becomes (decisions where §8 is silent, also in docs/report.md):
   so a re-evaluation appended to the same file replaces the earlier verdict).
 - A truncated final line (writer killed mid-line) is skipped with a note; any other broken
   line, or a schema newer than the code, stops the report with the file and line.
+- **Skipped folders**: a sub-folder of the runs folder that is not a run (no provenance.json,
+  status.json, ``<role>/metrics.jsonl`` or ``eval/<step>/<benchmark>.jsonl``) is listed in
+  :attr:`Dataset.skipped` with the reason, never dropped silently (issue 14).
+- **Sub-agent training** (issue 14): for a run of a trainer that trains the sub-agent (``mgrpo``
+  and its ablation) the steps the sub role trained are the last step of ``sub/metrics.jsonl`` (0
+  when the planner has step records and the sub role none: it never got a query group, e.g. the
+  planner never delegated, and saved no checkpoint). A run whose sub role trained no step, or fewer
+  than half the planner's steps, is flagged *not comparable*: its sub-agent is (nearly) the weights
+  it started from, so the run is a ``frozen_sub`` run under another name.
 """
 
 from __future__ import annotations
@@ -36,6 +45,12 @@ STEP_COLUMNS = (
 )
 
 ARM_ORDER = ("single_agent", "frozen_sub", "mgrpo", "mgrpo[alignment=none]")
+SUB_TRAINERS = ("mgrpo",)
+"""Trainers whose sub role trains (frozen_sub's is frozen, single_agent has none)."""
+SUB_MIN_FRACTION = 0.5
+"""A sub role that trained fewer than this fraction of the planner's steps makes a run not comparable."""
+NOT_A_RUN = ("not a run: no provenance.json, status.json, <role>/metrics.jsonl or "
+             "eval/<step>/<benchmark>.jsonl in it")
 
 
 class ReportInputError(Exception):
@@ -65,6 +80,10 @@ class RunInfo:
     sub_calls_hist: np.ndarray | None = None
     """Pooled training histogram of sub-agent calls per rollout (planner step records)."""
     short: bool = False
+    sub_steps: int | None = None
+    """Steps the sub role trained (trainers in SUB_TRAINERS); None when unknown or not applicable."""
+    not_comparable: str | None = None
+    """Why the run cannot stand for its trainer (its sub-agent did not train), else None."""
 
     @property
     def failed(self) -> bool:
@@ -87,6 +106,8 @@ class Dataset:
     evals: pd.DataFrame
     """One row per task (deduplicated): run_id, arm, seed, step, benchmark, task_id, correct,
     n_sub_calls, error."""
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """(folder, why) for each sub-folder of the runs folder that was not read as a run."""
 
     def arms(self) -> list[str]:
         return sort_arms({r.arm for r in self.runs})
@@ -121,10 +142,12 @@ def load(runs_dir: str | Path) -> Dataset:
     if not root.is_dir():
         raise ReportInputError(f"--runs {root} is not a folder")
     paths = rec.find_runs(root)
+    skipped = skipped_folders(root, paths)
     if not paths:
+        listed = "".join(f"\n  skipped {name}/: {why}" for name, why in skipped)
         raise ReportInputError(
             f"no runs found in {root}: expected folders <run_id>/ holding provenance.json, "
-            f"<role>/metrics.jsonl or eval/<step>/<benchmark>.jsonl (DESIGN §8)")
+            f"<role>/metrics.jsonl or eval/<step>/<benchmark>.jsonl (DESIGN §8){listed}")
 
     runs: list[RunInfo] = []
     step_cols: dict[str, list[Any]] = {k: [] for k in ("run_id", "role", "seed", "step", "time",
@@ -152,7 +175,42 @@ def load(runs_dir: str | Path) -> Dataset:
             steps[c] = pd.to_numeric(steps[c], errors="coerce")
 
     _flag_short(runs)
-    return Dataset(runs_dir=root, runs=runs, steps=steps, evals=evals.reset_index(drop=True))
+    _flag_sub_training(runs)
+    return Dataset(runs_dir=root, runs=runs, steps=steps, evals=evals.reset_index(drop=True),
+                   skipped=skipped)
+
+
+def skipped_folders(root: Path, runs: list[rec.RunPaths]) -> list[tuple[str, str]]:
+    """(name, why) of the sub-folders of ``root`` that are not among ``runs``."""
+    read = {rp.root.resolve() for rp in runs}
+    if root.resolve() in read:  # root is itself a run
+        return []
+    out: list[tuple[str, str]] = []
+    for d in sorted(root.iterdir()):
+        if not d.is_dir() or d.resolve() in read:
+            continue
+        why = NOT_A_RUN
+        holder = _holds_runs(d)
+        if holder is not None:  # e.g. an experiment folder: its runs are in <experiment>/runs/
+            why += f"; it holds runs: pass --runs {holder}"
+        out.append((d.name, why))
+    return out
+
+
+def _holds_runs(d: Path, depth: int = 2) -> Path | None:
+    """The folder at most ``depth`` levels under ``d`` (``d`` included) whose sub-folders are runs."""
+    try:
+        subs = [c for c in sorted(d.iterdir()) if c.is_dir()]
+    except OSError:  # unreadable: the reason already says it is not a run
+        return None
+    if any(rec.RunPaths(c).is_run() for c in subs):
+        return d
+    if depth > 1:
+        for c in subs:
+            found = _holds_runs(c, depth - 1)
+            if found is not None:
+                return found
+    return None
 
 
 def _load_run(rp: rec.RunPaths, step_cols: dict[str, list[Any]],
@@ -272,6 +330,24 @@ def _note_read(info: RunInfo, res: rec.ReadResult, rel: str) -> None:
         info.notes.append(f"{rel}: {res.migrated} record(s) migrated from schema "
                           f"{sorted(v for v in res.schemas if v < rec.SCHEMA_VERSION)} "
                           f"to {rec.SCHEMA_VERSION}")
+
+
+def _flag_sub_training(runs: list[RunInfo]) -> None:
+    for r in runs:
+        if r.trainer not in SUB_TRAINERS:
+            continue
+        planner = r.last_step.get("planner")
+        r.sub_steps = r.last_step.get("sub", 0 if planner is not None else None)
+        if r.sub_steps is None or not planner:
+            continue
+        if r.sub_steps == 0:
+            why = f"its sub-agent trained no step (the planner trained {planner})"
+        elif r.sub_steps < SUB_MIN_FRACTION * planner:
+            why = f"its sub-agent trained {r.sub_steps} of the planner's {planner} steps (fewer than half)"
+        else:
+            continue
+        r.not_comparable = why
+        r.notes.append(f"not comparable: {why}; the run is a frozen_sub run under another name")
 
 
 def _flag_short(runs: list[RunInfo]) -> None:

@@ -1,8 +1,9 @@
 """Assemble the report's document (sections, tables, figures) from the analysis (DESIGN §8).
 
-Section order: claims first (what a reader wants), then the accuracy table, stability curves,
-sample efficiency, per-agent diagnostics, collapse detection, runs and provenance, and the rules
-used. Numbers are fractions (accuracy in [0, 1]) with three decimals.
+Section order: claims first (what a reader wants) with their caveats and whether each mgrpo
+run's sub-agent trained, then the accuracy table, stability curves, sample efficiency, per-agent
+diagnostics, collapse detection, runs and provenance (with the folders that were skipped), and the
+rules used. Numbers are fractions (accuracy in [0, 1]) with three decimals.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from harness.report.analysis import Analysis, Claim, Comparison
 from harness.report.figures import FigureInfo
-from harness.report.dataset import Dataset, RunInfo
+from harness.report.dataset import SUB_MIN_FRACTION, SUB_TRAINERS, Dataset, RunInfo
 from harness.report.render import Bullets, Details, Document, Fig, Heading, Para, Table, pretty_json
 
 
@@ -78,8 +79,12 @@ def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Optio
 
     # -- claims
     doc.add(Heading(1, "The paper's claims"))
-    doc.add(Table(["figure", "claim", "verdict", "numbers behind the verdict"],
-                  [[c.figure, c.statement, c.verdict, _claim_summary(c)] for c in an.claims]))
+    doc.add(Table(["figure", "claim", "verdict", "numbers behind the verdict", "caveats"],
+                  [[c.figure, c.statement, c.verdict, _claim_summary(c), "; ".join(c.caveats) or "none"]
+                   for c in an.claims]))
+    if an.caveats:
+        doc.add(Para("Caveats (each verdict above lists those that concern its arms):"),
+                Bullets([c.text for c in an.caveats]))
     rows = []
     for cl in an.claims:
         for c in cl.comparisons:
@@ -99,6 +104,18 @@ def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Optio
         "d > 0 but the interval contains 0; not supported: d <= 0; not run: an arm has no "
         "completed records. An ordering of three arms needs both pairs supported. Failed runs "
         "are excluded from final accuracy."))
+    sub_runs = [r for r in ds.runs if r.trainer in SUB_TRAINERS]
+    if sub_runs:
+        doc.add(Heading(2, "Did the sub-agent train?"))
+        doc.add(Table(["run", "trainer", "seed", "state", "planner steps", "sub-agent steps", "comparable"],
+                      [[r.run_id, r.arm, str(r.seed), r.state, str(r.last_step.get("planner", "n/a")),
+                        "unknown (no step records)" if r.sub_steps is None else str(r.sub_steps),
+                        f"no: {r.not_comparable}" if r.not_comparable else
+                        ("unknown" if r.sub_steps is None else "yes")] for r in sub_runs]))
+        doc.add(Para(f"A run whose sub-agent trained no step, or fewer than {SUB_MIN_FRACTION:.0%} of the "
+                     f"planner's steps, is not comparable: its sub-agent is (nearly) the weights it "
+                     f"started from, so it stands for frozen_sub, not for {', '.join(SUB_TRAINERS)}. "
+                     f"Its numbers are still shown and counted; the verdicts that use it say so."))
 
     # -- accuracy table
     doc.add(Heading(1, "Final accuracy per benchmark and trainer"))
@@ -175,6 +192,9 @@ def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Optio
     doc.add(Table(["run", "trainer", "seed", "state", "last step per role", "eval steps",
                    "commit", "dirty", "created", "host", "schema", "notes"],
                   [_run_row(r) for r in ds.runs]))
+    if ds.skipped:
+        doc.add(Para(f"Folders of {ds.runs_dir} skipped (not read as runs):"),
+                Bullets([f"{name}/: {why}" for name, why in ds.skipped]))
     for r in ds.runs:
         doc.add(Details(f"provenance of {r.run_id} ({r.arm}, seed {r.seed}, {r.state})",
                         pretty_json(r.provenance if r.provenance is not None
@@ -201,7 +221,8 @@ def _run_row(r: RunInfo) -> list[str]:
         else prov.get("host")
     state = r.state + (" (short)" if r.short else "")
     return [r.run_id, r.arm, str(r.seed), state if not r.failed else "failed",
-            ", ".join(f"{k}: {v}" for k, v in r.last_step.items()) or "none",
+            ", ".join([f"{k}: {v}" for k, v in r.last_step.items()]
+                      + (["sub: 0"] if r.sub_steps == 0 and "sub" not in r.last_step else [])) or "none",
             (f"{len(r.eval_steps)} ({r.eval_steps[0]}–{r.eval_steps[-1]})" if r.eval_steps else "0"),
             commit[:10] if isinstance(commit, str) else "unknown",
             {True: "yes", False: "no"}.get(git.get("dirty"), "unknown"),

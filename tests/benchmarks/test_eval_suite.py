@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -24,7 +25,7 @@ from benchmarks.base import BenchmarkDataMissing
 from benchmarks.local import LocalGaia, LocalWebWalkerQA, LocalXBench, generated_tasks
 from benchmarks.registry import get_benchmark, list_benchmarks
 from benchmarks.runners import (NoRunFound, RunnerError, checkpoints, find_latest_run, resolve_target,
-                                train_command, unsupported)
+                                resolve_weights, train_command, unsupported)
 from benchmarks.scoring import webwalkerqa_breakdown
 from harness.records import read_tasks, write_provenance
 
@@ -105,8 +106,16 @@ def _make_run(root: Path, name: str, trainer: str, mtime: float, steps=()) -> Pa
     write_provenance(run, {"world": {"seed": 7}}, [3], trainer=trainer, mark_running=False)
     os.utime(run / "provenance.json", (mtime, mtime))
     for s in steps:
-        (run / "planner" / "checkpoints" / f"checkpoint-{s}").mkdir(parents=True)
+        _fake_checkpoint(run / "planner" / "checkpoints" / f"checkpoint-{s}")
     return run
+
+
+def _fake_checkpoint(d: Path) -> Path:
+    """A checkpoint folder as the evaluation lists it (config and weights files present; not loadable)."""
+    d.mkdir(parents=True)
+    (d / "config.json").write_text("{}")
+    (d / "model.safetensors").write_bytes(b"")
+    return d
 
 
 def test_latest_run_lookup(tmp_path):
@@ -120,6 +129,8 @@ def test_latest_run_lookup(tmp_path):
     _make_run(tmp_path, "c", "frozen_sub", 3000)
     assert find_latest_run(tmp_path, "mgrpo") == newest
     assert [s for s, _ in checkpoints(newest, "planner")] == [25, 50, 100]
+    (newest / "planner" / "checkpoints" / "checkpoint-150").mkdir()  # a kill during its save left it empty
+    assert [s for s, _ in checkpoints(newest, "planner")] == [25, 50, 100]
     target = resolve_target("mgrpo", run=None, runs_dir=tmp_path, world_seed=None)
     assert (target.run_dir, target.step, target.seed, target.world_seed) == (newest, 100, 3, 7)
     with pytest.raises(RunnerError, match="is a frozen_sub run"):
@@ -130,6 +141,63 @@ def test_latest_run_lookup(tmp_path):
         resolve_target("grpo", run=None, runs_dir=tmp_path, world_seed=None)
     expert = resolve_target("expert", run=None, runs_dir=tmp_path, world_seed=2, expert_noise=0.1)
     assert expert.run_dir == tmp_path / "expert-2-noise0.1" and expert.step == 0
+
+
+def test_weights_of_each_role_fall_back_to_the_weights_it_started_from(tmp_path):
+    """Issue 14: an mgrpo sub role that trained no step saved no checkpoint; it is evaluated with its
+    start (config.models.sub, a warm-start folder's sub_agent/), and the choice is described."""
+    warm = tmp_path / "warm"
+    (warm / "sub_agent").mkdir(parents=True)
+    run = _make_run(tmp_path, "r", "mgrpo", 1000, steps=(2,))
+    prov = json.loads((run / "provenance.json").read_text())
+    prov["config"]["models"] = {"planner": "tiny", "sub": str(warm), "init_seed": 3}
+    (run / "provenance.json").write_text(json.dumps(prov))
+    (run / "sub" / "checkpoints").mkdir(parents=True)  # what the trainer leaves: an empty folder
+
+    def weights(trainer="mgrpo", step=None):
+        return resolve_weights(resolve_target(trainer, run=run, runs_dir=tmp_path, world_seed=None, step=step))
+
+    w = weights()
+    assert (w["planner"].source, w["planner"].step) == ("checkpoint", 2)
+    assert (w["sub"].source, w["sub"].path, w["sub"].step) == ("started", str(warm / "sub_agent"), None)
+    assert w["sub"].model == {"init_seed": 3}
+    assert w["sub"].describe().startswith("untrained (no checkpoint") and "started weights models.sub=" in \
+        w["sub"].describe()
+    assert w["sub"].record() == {"source": "started", "path": str(warm / "sub_agent"), "step": None,
+                                 "reason": "no checkpoint: the sub role trained no step"}
+    # A sub role that trained less than the planner: its latest checkpoint at or before the step.
+    for s in (1, 5):
+        _fake_checkpoint(run / "sub" / "checkpoints" / f"checkpoint-{s}")
+    w = weights()
+    assert (w["sub"].source, w["sub"].step) == ("checkpoint", 1)
+    _fake_checkpoint(run / "planner" / "checkpoints" / "checkpoint-6")
+    assert weights()["sub"].step == 5
+    shutil.rmtree(run / "sub" / "checkpoints" / "checkpoint-1")
+    w = weights(step=2)
+    assert w["sub"].source == "started" and "no sub checkpoint at or before step 2" in w["sub"].reason
+    # the planner at step 0 is its start; a step without a planner checkpoint is an error
+    assert weights(step=0)["planner"].source == "started"
+    with pytest.raises(RunnerError, match="no checkpoint for step 4; it has steps 2, 6"):
+        weights(step=4)
+    # frozen_sub: the latest sub checkpoint whatever the step; single_agent: no sub, its own start
+    prov["trainer"] = "single_agent"
+    (run / "provenance.json").write_text(json.dumps(prov))
+    for d in (run / "planner" / "checkpoints").iterdir():
+        shutil.rmtree(d)
+    w = weights("single_agent")
+    assert set(w) == {"planner"} and w["planner"].source == "started" and w["planner"].path == "tiny"
+
+
+def test_data_files_name_what_a_data_folder_must_hold(tmp_path):
+    assert get_benchmark("xbench_deepsearch", data_dir=tmp_path).data_files() == [
+        tmp_path / "xbench" / "DeepSearch-2505.csv"]
+    assert get_benchmark("xbench_deepsearch", data_dir=tmp_path, csv_path=tmp_path / "x.csv").data_files() == []
+    assert get_benchmark("webwalkerqa", data_dir=tmp_path).data_files() == [
+        tmp_path / "webwalkerqa" / "webwalkerqa_main.jsonl"]
+    assert get_benchmark("gaia", data_dir=tmp_path).data_files() == []  # snapshot or Hub, not the folder
+    assert get_benchmark("gaia", data_dir=tmp_path, subset="text103").data_files() == [
+        tmp_path / "gaia" / "gaia_text103_task_ids.txt"]
+    assert get_benchmark("local_gaia", world_size="tiny").data_files() == []
 
 
 def test_expert_runner_refuses_real_benchmarks_and_other_worlds():
@@ -180,6 +248,8 @@ def test_suite_expert_end_to_end(tmp_path):
         assert r.latency_s is not None and r.latency_s > 0 and r.n_sub_calls >= 1
         assert r.extra["eval_session"] == recs[0].extra["eval_session"]
     assert json.loads((run / "provenance.json").read_text())["trainer"] == "expert"
+    status = json.loads((run / "status.json").read_text())
+    assert (status["state"], status["n_records"]) == ("completed", 5)
     cases = ET.parse(junit).getroot().iter("testcase")
     names = sorted(c.get("name") for c in cases)
     assert names == sorted(f"test_task[local_gaia::{r.task_id}]" for r in recs)
@@ -270,15 +340,40 @@ def test_suite_usage_errors_and_missing_runs(tmp_path):
     assert re.search(r"^local_xbench .* not run: no frozen_sub run", out, re.M)
     assert not list(tmp_path.iterdir())  # nothing written for a run that does not exist
 
+    # An explicit --data-dir that is missing or empty names the files the selected benchmarks read.
+    for folder, says in ((tmp_path / "nodata", "does not exist"), (tmp_path, "is empty")):
+        bad = run_suite("--bench", "webwalkerqa,xbench_deepsearch,local_gaia", "--data-dir", str(folder))
+        assert bad.returncode == 4 and f"--data-dir {folder} {says}" in bad.stderr, bad.stderr
+        assert str(folder / "webwalkerqa" / "webwalkerqa_main.jsonl") in bad.stderr
+        assert str(folder / "xbench" / "DeepSearch-2505.csv") in bad.stderr
+
 
 @pytest.mark.slow
 def test_suite_reports_missing_data_as_not_run(tmp_path):
+    run = tmp_path / "run"
     proc = run_suite("--bench", "local_gaia,local_xbench", "--world-tasks", str(tmp_path / "none"),
-                     "--run", str(tmp_path / "run"), "--world-size", "tiny")
+                     "--run", str(run), "--world-size", "tiny")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for bench in ("local_gaia", "local_xbench"):
         assert re.search(rf"^{bench} .* not run: data missing: .*not found", proc.stdout, re.M)
     assert "0.0%" not in proc.stdout and "100.0%" not in proc.stdout
+    # Issue 14: nothing was evaluated, so the expert's run is not marked completed, and says why.
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "failed" and "nothing was evaluated" in status["error"]
+    assert "every item was skipped (data missing" in status["error"]
+    assert f"{run}/status.json says failed" in proc.stdout
+    # A folder holding an earlier session's records keeps its state; the failed session is noted.
+    from harness.records import TaskRecord, append_task, write_status
+
+    append_task(run, TaskRecord(run_id="run", trainer="expert", seed=0, step=0, benchmark="local_gaia",
+                                task_id="t", correct=True))
+    write_status(run, "completed", eval_session="earlier")
+    proc = run_suite("--bench", "local_gaia", "--world-tasks", str(tmp_path / "none"), "--run", str(run),
+                     "--world-size", "tiny")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    status = json.loads((run / "status.json").read_text())
+    assert (status["state"], status["eval_session"]) == ("completed", "earlier")
+    assert "nothing was evaluated" in status["last_eval_error"]
 
 
 @pytest.mark.slow
@@ -344,23 +439,66 @@ def test_suite_playwright_backend_gives_the_same_answers(tmp_path):
 
 @pytest.mark.slow
 def test_suite_model_runner_evaluates_a_run_checkpoint(tmp_path):
-    """The model-based hook: checkpoints of a (here untrained) run answer through run_group."""
+    """The model-based hook: checkpoints of a (here untrained) run answer through run_group.
+
+    The run is laid out as an mgrpo run whose planner never delegated (issue 14): planner
+    checkpoints, an empty sub/checkpoints/ (the sub role trained 0 steps and saved nothing). The sub
+    role is evaluated with the weights it started from (config.models.sub), and the table and the
+    records say so.
+    """
     from harness.models import ModelSpec, load_model
 
-    model, tokenizer = load_model(ModelSpec(name="tiny", cache_dir=str(tmp_path / "cache")))
+    cache = str(tmp_path / "cache")
+    model, tokenizer = load_model(ModelSpec(name="tiny", cache_dir=cache))
     run = tmp_path / "runs" / "mgrpo-tiny"
-    for role in ("planner", "sub"):
-        for step in (3, 7):
-            model.save_pretrained(run / role / "checkpoints" / f"checkpoint-{step}")
-            tokenizer.save_pretrained(run / role / "checkpoints" / f"checkpoint-{step}")
-    write_provenance(run, {"rollout": {"planner_turns": 1, "sub_turns": 1, "max_new_tokens": 8}}, [5],
-                     trainer="mgrpo", mark_running=False)
+    for step in (3, 7):
+        model.save_pretrained(run / "planner" / "checkpoints" / f"checkpoint-{step}")
+        tokenizer.save_pretrained(run / "planner" / "checkpoints" / f"checkpoint-{step}")
+    (run / "sub" / "checkpoints").mkdir(parents=True)
+    write_provenance(run, {"rollout": {"planner_turns": 1, "sub_turns": 1, "max_new_tokens": 8},
+                           "models": {"planner": "tiny", "sub": "tiny", "init_seed": 0, "cache_dir": cache},
+                           "world": {"seed": 0, "size": "tiny", "address": "http://world.local"},
+                           "tools": {"search_top_k": 2}},
+                     [5], trainer="mgrpo", mark_running=False)
+    # no --world-size: the run is evaluated on the world it trained on (its config's world.size)
     proc = run_suite("--trainer=mgrpo", "--runs-dir", str(tmp_path / "runs"), "--bench", "local_xbench",
-                     "--bench-limit", "1", "--world-size", "tiny", "--benchmark-disable")
+                     "--bench-limit", "1", "--benchmark-disable")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (rec,) = read_tasks(run / "eval" / "7" / "local_xbench.jsonl").records  # the latest checkpoint's step
+    assert rec.benchmark_version == "1+seed0.tiny"
     assert (rec.trainer, rec.seed, rec.step, rec.n_turns) == ("mgrpo", 5, 7, 1)
     assert rec.n_tokens is not None and 0 < rec.n_tokens <= 8
     assert rec.correct is False  # an untrained model does not answer
     assert rec.verdict not in ("crashed", "timeout"), rec.error  # a verdict, not a crash
     assert rec.extra["runner"] == "mgrpo"
+    ckpt = str(run / "planner" / "checkpoints" / "checkpoint-7")
+    assert rec.extra["weights"] == {
+        "planner": {"source": "checkpoint", "path": ckpt, "step": 7},
+        "sub": {"source": "started", "path": "tiny", "step": None,
+                "reason": "no checkpoint: the sub role trained no step"}}
+    assert f"planner: checkpoint-7 ({ckpt})" in proc.stdout
+    assert re.search(r"^sub-agent: untrained \(no checkpoint: .*; started weights models\.sub=tiny\)$",
+                     proc.stdout, re.M), proc.stdout
+
+
+def test_model_runner_sees_the_world_as_the_run_trained_on_it():
+    """A run trained under ``world.address`` (the tiny presets: http://world.local) is asked its questions
+    and shown search results under that address, with its own tool settings, while visits reach the
+    suite's server (issue 14: the demo's runs are evaluated as they trained)."""
+    from benchmarks.runners import EvalTarget, LocalWorld, ModelRunner, RunnerContext, _local_row
+
+    world = LocalWorld(0, "tiny")
+    runner = ModelRunner.__new__(ModelRunner)  # the toolbox only: no models are loaded for this check
+    runner.ctx = RunnerContext(target=EvalTarget("mgrpo", Path("."), 0, 0, 0, None, "tiny"), world=world)
+    runner.address, runner.tools_cfg, runner._toolbox, runner._engine = "http://world.local", {"search_top_k": 2}, None, None
+    try:
+        task = get_benchmark("local_webwalkerqa", world_size="tiny").load(limit=1)[0]
+        assert _local_row(task, runner.address)["root_url"].startswith("http://world.local/")
+        hits = runner.toolbox().call("search", {"query": "city"})
+        assert "http://world.local/" in hits and world.base_url not in hits
+        assert hits.count("http://world.local/") <= 2 * 2  # search_top_k=2 (a hit may name its URL twice)
+        page = runner.toolbox().call("visit", {"url": "http://world.local/"})
+        assert not page.startswith("Error"), page[:200]
+    finally:
+        runner.close()
+        world.close()

@@ -120,6 +120,8 @@ def test_claims_supported_and_not_run(tmp_path: Path):
     assert claims["fig7"].verdict == stats.NOT_RUN  # no single_agent runs
     assert "single_agent" in claims["fig7"].comparisons[-1].scope
     assert claims["fig8"].verdict == stats.NOT_RUN
+    # 3 seeds of 40 steps, sub-agents trained: nothing qualifies the verdicts
+    assert an.caveats == [] and all(c.caveats == [] for c in an.claims)
 
 
 def test_claims_not_supported_when_ordering_is_reversed(tmp_path: Path):
@@ -321,6 +323,8 @@ def test_missing_or_empty_runs_folder(tmp_path: Path, capsys, setup, expect):
         (runs / "notes" / "readme.txt").write_text("x")
     code, out = _run_main(["--runs", str(runs), "--out", str(tmp_path / "o")], capsys)
     assert code == 1 and expect in out and str(runs) in out
+    if setup == "junk":  # the folder it skipped is named, with why
+        assert "skipped notes/: not a run: no provenance.json" in out
 
 
 def test_bad_options_exit_2(tmp_path: Path, capsys):
@@ -370,3 +374,71 @@ def test_run_without_provenance_or_status_is_kept(tmp_path: Path):
     assert r.state == "unknown" and r.provenance is None
     assert r.trainer == "mgrpo" and r.seed == 1
     assert any("no provenance.json" in n for n in r.notes)
+
+
+def test_mgrpo_runs_whose_sub_agent_did_not_train_are_flagged(tmp_path: Path, capsys):
+    """Issue 14: an mgrpo run whose planner never delegated leaves no sub records (the sub role
+    trained 0 steps); the report shows the sub steps per run, flags it (and one that trained fewer
+    than half the planner's steps) not comparable, and every verdict using the arm says so."""
+    runs = tmp_path / "runs"
+    make_experiment(runs, trainers=("frozen_sub", "mgrpo"), steps=20, eval_every=10, benchmarks=("b",),
+                    n_tasks=5)
+    (runs / "mgrpo-s0" / "sub" / "metrics.jsonl").unlink()  # as the trainer leaves it: no sub step
+    sub1 = runs / "mgrpo-s1" / "sub" / "metrics.jsonl"
+    sub1.write_text("".join(sub1.read_text().splitlines(keepends=True)[:9]))  # 9 of 20 steps
+    code, out = _run_main(["--runs", str(runs), "--out", str(tmp_path / "o"), "--bootstrap", "100"], capsys)
+    assert code == 0, out
+    js = json.loads((tmp_path / "o" / "report.json").read_text())
+    by_run = {r["run_id"]: r for r in js["runs"]}
+    assert [by_run[f"mgrpo-s{i}"]["sub_steps"] for i in range(3)] == [0, 9, 20]
+    assert by_run["frozen_sub-s0"]["sub_steps"] is None  # its sub-agent is frozen by design
+    assert "trained no step" in by_run["mgrpo-s0"]["not_comparable"]
+    assert "9 of the planner's 20 steps" in by_run["mgrpo-s1"]["not_comparable"]
+    assert by_run["mgrpo-s2"]["not_comparable"] is None
+    assert [c["key"] for c in js["caveats"]] == ["sub_untrained"]  # 3 seeds of 20 steps: nothing else
+    claims = {c["key"]: c for c in js["claims"]}
+    assert all(claims[k]["caveats"] == ["sub-agent did not train"] for k in ("fig6", "fig7", "fig8"))
+    md = (tmp_path / "o" / "report.md").read_text()
+    table = md.split("### Did the sub-agent train?")[1].split("##")[0]
+    assert "| mgrpo-s0 | mgrpo | 0 | completed | 20 | 0 | no: its sub-agent trained no step" in table
+    assert "| mgrpo-s2 | mgrpo | 2 | completed | 20 | 20 | yes |" in table
+    assert "frozen_sub-s0" not in table
+    assert re.search(r"\| mgrpo-s0 \| mgrpo \| 0 \| completed \| planner: 20, sub: 0 \|", md)
+    caveat = js["caveats"][0]["text"]
+    assert caveat.startswith("sub-agent did not train in 2 of 3 mgrpo run(s), not comparable")
+    assert caveat in md and f"caveat: {caveat}" in out
+    for line in (ln for ln in out.splitlines() if ln.lstrip().startswith("Fig. ")):
+        assert line.endswith("(caveats: sub-agent did not train)"), line
+
+
+def test_console_summary_carries_the_report_caveats_and_skipped_folders(tmp_path: Path, capsys):
+    """Issue 14: a quick 1-seed report (as `make demo QUICK=1` builds) prints no verdict without the
+    caveats its report carries, and the folders it did not read are listed with why."""
+    runs = tmp_path / "runs"
+    make_experiment(runs, trainers=("frozen_sub", "mgrpo"), seeds=(0,), steps=2, eval_every=1,
+                    benchmarks=("b",), n_tasks=4)
+    (runs / "notes").mkdir()
+    (runs / "notes" / "todo.txt").write_text("x")
+    make_experiment(runs / "experiment-x" / "runs", trainers=("mgrpo",), seeds=(0,), steps=2, eval_every=1,
+                    benchmarks=("b",), n_tasks=2)
+    title = "tiny (1 seeds; --quick smoke run, claims no learning)"
+    code, out = _run_main(["--runs", str(runs), "--out", str(tmp_path / "o"), "--bootstrap", "100",
+                           "--title", title], capsys)
+    assert code == 0, out
+    js = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert [c["key"] for c in js["caveats"]] == ["quick", "few_seeds"]
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert md.startswith(f"# {title}\n") and repr(title) in out.splitlines()[0]
+    for c in js["caveats"]:
+        assert c["text"] in md and f"caveat: {c['text']}" in out
+    assert "fewer than 10 planner steps" in js["caveats"][0]["text"]
+    assert "frozen_sub 1, mgrpo 1" in js["caveats"][1]["text"]
+    verdicts = [ln for ln in out.splitlines() if ln.lstrip().startswith("Fig. ")]
+    assert len(verdicts) == 3
+    assert all(ln.endswith("(caveats: quick runs; fewer than 3 seeds)") for ln in verdicts), verdicts
+    assert {s["folder"] for s in js["skipped"]} == {"notes", "experiment-x"}
+    assert "skipped notes/: not a run: no provenance.json" in out
+    assert "skipped experiment-x/: not a run: no provenance.json" in out
+    assert f"it holds runs: pass --runs {runs / 'experiment-x' / 'runs'}" in out
+    assert "- notes/: not a run" in md.split("## Runs and provenance")[1]
+

@@ -171,3 +171,49 @@ def test_mgrpo_args_derive_batch_sizes(tmp_path):
     bad = from_dict(TrainConfig, _base(planner={"num_processes": 2}))
     with pytest.raises(ConfigError, match="planner.num_processes=2 but this role runs with 1"):
         mgrpo_args(bad, "planner", tmp_path, bad.k, bad.planner_groups, bad.planner_steps)
+
+
+def _pretend_installed(monkeypatch, *installed: str, missing: tuple[str, ...] = ()) -> None:
+    """Make ``importlib.util.find_spec`` see (or not see) tracker packages, whatever this venv holds."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        if name in installed:
+            return object()
+        return None if name in missing else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+def test_report_to_is_none_by_default_and_checked(monkeypatch):
+    assert from_dict(TrainConfig, _base()).report_to == "none"
+    with pytest.raises(ConfigError, match=r"report_to='mlflow': choose none, one of \['tensorboard', 'trackio', 'wandb'\]"):
+        from_dict(TrainConfig, _base(report_to="mlflow"))
+    with pytest.raises(ConfigError, match=r"report_to=\['none', 'wandb'\]: choose none"):
+        from_dict(TrainConfig, _base(report_to=["none", "wandb"]))
+    _pretend_installed(monkeypatch, "trackio", missing=("wandb", "tensorboard", "tensorboardX"))
+    with pytest.raises(ConfigError, match=r"report_to='wandb': the wandb package is not installed .*pip install wandb"):
+        from_dict(TrainConfig, _base(report_to="wandb"))
+    with pytest.raises(ConfigError, match=r"report_to='tensorboard': .*pip install tensorboard"):
+        load_train_config(str(ROOT / "baselines/configs/tiny/mgrpo.yaml"), ["report_to=[trackio,tensorboard]"])
+    assert from_dict(TrainConfig, _base(report_to=["trackio"])).report_to == ["trackio"]
+
+
+def test_mgrpo_args_pass_report_to_and_a_run_name_per_role(tmp_path, monkeypatch):
+    import os
+
+    from harness.role import mgrpo_args
+
+    run = tmp_path / "mgrpo-s0-x"
+    cfg = from_dict(TrainConfig, _base())
+    args = mgrpo_args(cfg, "planner", run / "planner" / "checkpoints", cfg.k, cfg.planner_groups, cfg.planner_steps)
+    assert args.report_to == [] and args.run_name == "mgrpo-s0-x-planner"  # "none": TRL reports nowhere
+    _pretend_installed(monkeypatch, "tensorboard", "trackio")
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)  # restored after the test
+    cfg = from_dict(TrainConfig, _base(report_to=["tensorboard", "trackio"]))
+    sub = mgrpo_args(cfg, "sub", run / "sub" / "checkpoints", cfg.sub_group_size, cfg.sub_groups, cfg.sub_max_steps)
+    assert sub.report_to == ["tensorboard", "trackio"] and sub.run_name == "mgrpo-s0-x-sub"
+    # transformers 5 has no logging_dir argument; its TensorBoard callback reads this variable
+    assert os.environ["TENSORBOARD_LOGGING_DIR"] == str(run / "sub" / "tensorboard")

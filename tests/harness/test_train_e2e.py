@@ -86,10 +86,15 @@ def test_train_runs_roles_end_to_end(tmp_path, trainer):
     if trainer == "mgrpo":
         assert "[sub] finished after" in (run / "logs" / "sub.log").read_text()
     assert "per step: rollout" in proc.stdout
+    # console progress: stdout is a pipe here, so one plain line per step and role (no bars)
+    for step in (1, 2):
+        assert re.search(rf"^\[train\] planner step {step}/2: reward \d\.\d{{3}}, \d+\.\d s/step$", proc.stdout, re.M), proc.stdout
 
 
 def test_a_dying_role_stops_the_others_and_names_its_log(tmp_path):
-    proc, run = _train(tmp_path, "mgrpo", "models.sub=/nonexistent/model-dir", "eval.every=0")
+    # An argument TRL rejects kills the sub role when it builds its trainer (a bad model path no longer
+    # gets that far: the launcher checks it first, see tests/harness/test_train_cli.py).
+    proc, run = _train(tmp_path, "mgrpo", "sub.trl.no_such_trl_argument=1", "eval.every=0")
     assert proc.returncode == 1
     assert re.search(r"role sub exited with status \d+; see its log .*logs/sub\.log", proc.stderr), proc.stderr
     status = json.loads((run / "status.json").read_text())

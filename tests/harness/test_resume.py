@@ -1,0 +1,456 @@
+"""Resume is exact (issue 14): a kill at any point, then ``python -m harness train --resume``, gives each role
+steps 1..max_steps once each, the evaluation records at the configured steps once each, every store group
+trained once by the sub role, and a dead launcher's run never reads as "running" (harness/role.py,
+harness/records.py; docs/training.md "Checkpoints and resume").
+
+The end-to-end test kills the real processes of one ``mgrpo`` run five times at different points (SIGKILL of
+the roles and the launcher, frozen first with SIGSTOP so the state seen is the state killed; nothing gets to
+clean up or write a status) and resumes it each time:
+
+1. fresh run, during the step-0 evaluation (its records are cut to one half-written line);
+2. before the first checkpoint (a step recorded, no complete checkpoint);
+3. between checkpoints (after checkpoint 2, a later step recorded);
+4. during a save (the planner's ``checkpoint-4`` directory appears; if its ``trainer_state.json``, which TRL
+   writes last, is already there it is removed, which is the state a kill one write earlier leaves);
+5. the sub role alone, mid-step (after a step that is not a checkpoint it has taken the next step's groups);
+6. resumed to completion; then 7. ``--resume`` of the completed run, which must change nothing.
+
+The sub-agent trains only on groups in which the planner delegated, and an untrained tiny planner never does:
+:func:`warm` fine-tunes it in ~20 s to answer every question with one fixed ``delegate`` call, made one token
+of its tokenizer (an added token), so a few dozen SFT steps suffice. Everything else is the tiny preset
+shrunk (K=2, 2 queries per step, 6 steps, checkpoints every 2, evaluation every 2 on 1 task per style).
+Measured on the shared 2-core machine: ~20 s warm start, ~100 s for the seven launches (~2 min in all).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from harness.records import read_status, read_steps, read_tasks, write_status
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS, SAVE, EVERY = 6, 2, 2
+EVAL_STEPS = [0, 2, 4, 6]
+STYLES = ["local_gaia", "local_webwalkerqa", "local_xbench"]
+OVERRIDES = ["rollout.k=2", "planner.groups_per_step=2", "rollout.max_new_tokens=16", "rollout.planner_turns=2",
+             "rollout.sub_turns=2", "alignment.d=2", "tasks.n_train=4", "tasks.n_test=2", f"eval.every={EVERY}",
+             "eval.n_tasks=1", f"planner.save_steps={SAVE}", f"sub.save_steps={SAVE}", "store.group_timeout_s=120",
+             "threads=1"]
+#: The one delegation the warm-started planner makes (one added token of its tokenizer).
+CALL_JSON = '{"name":"delegate","arguments":{"task":"a"}}'
+
+
+# ------------------------------------------------------------------------------------------- fast checks
+def _checkpoint(root: Path, step: int, *, state: str | None = "ok", store: bool = False) -> Path:
+    d = root / f"checkpoint-{step}"
+    d.mkdir(parents=True)
+    (d / "model.safetensors").write_bytes(b"x")
+    if state == "ok":
+        (d / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    elif state == "cut":
+        (d / "trainer_state.json").write_text('{"global_st')
+    if store:
+        (d / "mgrpo_store.json").write_text('{"max_position": 3}')
+    return d
+
+
+def test_last_checkpoint_skips_and_resume_deletes_half_written_ones(tmp_path):
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from harness.role import drop_incomplete_checkpoints, last_checkpoint
+
+    _checkpoint(tmp_path, 2, store=True)
+    _checkpoint(tmp_path, 4)  # TRL's files, but killed before the sub role's store position
+    _checkpoint(tmp_path, 6, state=None)  # killed before trainer_state.json
+    _checkpoint(tmp_path, 8, state="cut")  # killed while writing it
+    assert get_last_checkpoint(str(tmp_path)).endswith("checkpoint-8")  # what TRL would resume from
+    assert last_checkpoint(tmp_path).endswith("checkpoint-4")
+    assert last_checkpoint(tmp_path, ("mgrpo_store.json",)).endswith("checkpoint-2")
+    assert last_checkpoint(tmp_path / "none") is None
+    assert drop_incomplete_checkpoints(tmp_path, ("mgrpo_store.json",)) == ["checkpoint-4", "checkpoint-6",
+                                                                            "checkpoint-8"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-2"]
+
+
+def test_truncate_metrics_with_no_checkpoint_drops_every_step(tmp_path):
+    from harness.role import truncate_metrics
+
+    path = tmp_path / "planner" / "metrics.jsonl"
+    path.parent.mkdir()
+    lines = [json.dumps({"step": s}) for s in (1, 2, 3)]
+    path.write_text("\n".join(lines) + '\n{"step": 4, "rew')  # the last line cut by the kill
+    assert truncate_metrics(tmp_path, "planner", 2) == 2
+    assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == [1, 2]
+    assert truncate_metrics(tmp_path, "planner", 0) == 2
+    assert path.read_text() == ""
+
+
+def test_eval_records_are_complete_only_with_one_record_per_task(tmp_path):
+    from harness.records import TaskRecord, append_task
+    from harness.role import drop_evals, eval_complete
+
+    tasks = [{"task_id": "t0", "Question": "?"}, {"id": "t1", "prompt": "?"}]  # a gaia and an xbench task
+
+    def write(step: int, i: int) -> None:
+        append_task(tmp_path, TaskRecord(run_id="r", trainer="mgrpo", seed=0, step=step, task_id=f"t{i}",
+                                         benchmark=["local_gaia", "local_xbench"][i], correct=False))
+
+    assert eval_complete(tmp_path, 0, [])  # nothing asked, nothing there
+    assert not eval_complete(tmp_path, 0, tasks)
+    write(0, 0)
+    assert not eval_complete(tmp_path, 0, tasks)  # one missing
+    write(0, 1)
+    assert eval_complete(tmp_path, 0, tasks)
+    write(0, 1)
+    assert not eval_complete(tmp_path, 0, tasks)  # one twice
+    (tmp_path / "eval" / "0" / "local_xbench.jsonl").write_text("")
+    write(0, 1)
+    with open(tmp_path / "eval" / "0" / "local_gaia.jsonl", "a") as fh:
+        fh.write('{"run_id": "r", "ste')
+    assert not eval_complete(tmp_path, 0, tasks)  # cut mid-line
+    for step in (2, 4):
+        write(step, 0)
+    (tmp_path / "eval" / "4" / "gaia.jsonl").write_text("")  # a benchmark's records: not the role's
+    assert drop_evals(tmp_path, lambda s: s > 2) == [4]
+    assert not (tmp_path / "eval" / "4" / "local_gaia.jsonl").exists()
+    assert (tmp_path / "eval" / "4" / "gaia.jsonl").exists() and (tmp_path / "eval" / "2").is_dir()
+    assert drop_evals(tmp_path, lambda s: s == 0) == [0]
+    assert not (tmp_path / "eval" / "0").exists()
+
+
+def test_read_status_reports_a_dead_writer_as_failed(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("trainer: mgrpo\n")
+    write_status(run, "running")  # this process: alive
+    assert read_status(run)["state"] == "running"
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    doc = write_status(run, "running", resumed=True)
+    raw = dict(doc, pid=dead.pid)
+    (run / "status.json").write_text(json.dumps(raw))
+    st = read_status(run)
+    assert st["state"] == "failed" and st["stale"] is True and st["resumed"] is True
+    assert st["error"] == (f"launcher (pid {dead.pid}) is no longer running; resume with python -m harness "
+                           f"train --resume {run}")
+    assert json.loads((run / "status.json").read_text())["state"] == "running"  # read only: file unchanged
+
+    (run / "status.json").write_text(json.dumps(dict(raw, host=socket.gethostname() + "-other")))
+    assert read_status(run)["state"] == "running"  # another machine's process: cannot tell
+
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while _proc_state(zombie.pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (run / "status.json").write_text(json.dumps(dict(raw, pid=zombie.pid)))
+        assert read_status(run)["state"] == "failed"  # killed but not reaped yet by its parent
+    finally:
+        zombie.wait()
+
+    # a live pid that started after the status was written is a reused number, not the launcher
+    (run / "status.json").write_text(json.dumps(dict(raw, pid=os.getpid(), updated=time.time() - 10 ** 6)))
+    assert read_status(run)["state"] == "failed"
+
+    other = tmp_path / "bench"
+    other.mkdir()
+    (other / "status.json").write_text(json.dumps(dict(raw, pid=dead.pid)))
+    assert read_status(other)["error"] == f"writer (pid {dead.pid}) is no longer running"
+
+
+# ------------------------------------------------------------------------------------------- end to end
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory) -> Path:
+    """A tiny planner (and sub-agent: the same weights) that answers every training and evaluation question
+    with the one delegate call :data:`CALL_JSON` (added to the tokenizer as one token)."""
+    import random
+
+    import torch
+    from tokenizers import AddedToken
+
+    from harness.agents.prompts import EpisodeTokens, agent_prompt, initial_messages
+    from harness.models import ModelSpec, load_model
+    from harness.role import load_role_config, load_tasks
+    from harness.warmstart import tokenize_transcript
+    from harness.world.tasks import rebase, task_prompt
+
+    t0 = time.perf_counter()
+    cfg = load_role_config(str(ROOT / "baselines/configs/tiny/mgrpo.yaml"), OVERRIDES)
+    tasks, evals = load_tasks(cfg)
+    model, tok = load_model(ModelSpec(name="tiny", seed=0))
+    tok.add_tokens([AddedToken(CALL_JSON, special=False, normalized=False, single_word=False)])
+    codec = EpisodeTokens(tok, agent_prompt("planner").tools)
+    call = {"role": "assistant", "content": f"<tool_call>{CALL_JSON}</tool_call>"}
+    examples = [tokenize_transcript(codec, initial_messages("planner", task_prompt(rebase(t, cfg.world.address)))
+                                    + [call]) for t in [*tasks.values(), *evals]]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):  # deterministic: the new token's embedding is drawn too
+            torch.manual_seed(0)
+            model.resize_token_embeddings(len(tok))  # mean_resizing: at 1e-2 or with a plain init, some seeds diverge
+            opt = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.0)
+            model.train()
+            rng = random.Random(0)
+            for _ in range(50):
+                batch = rng.sample(examples, 4)
+                n = max(len(e["input_ids"]) for e in batch)
+                ids = torch.tensor([e["input_ids"] + [tok.pad_token_id] * (n - len(e["input_ids"])) for e in batch])
+                labels = torch.tensor([e["labels"] + [-100] * (n - len(e["labels"])) for e in batch])
+                loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=labels).loss
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+    finally:
+        torch.set_num_threads(threads)
+    assert loss.item() < 0.05, f"the delegation SFT did not converge (loss {loss.item():.3f})"
+    model.eval()
+    out = tmp_path_factory.mktemp("warm")
+    for agent in ("planner", "sub_agent"):
+        model.save_pretrained(out / agent)
+        tok.save_pretrained(out / agent)
+    print(f"\n[resume] warm start: {len(examples)} examples, loss {loss.item():.4f}, {time.perf_counter() - t0:.0f}s",
+          flush=True)
+    return out
+
+
+class Launch:
+    """One ``python -m harness train`` launcher (its own process group) with its console in a file."""
+
+    def __init__(self, run: Path, *args: str) -> None:
+        self.run = run
+        self.log = run.parent / f"{run.name}-launch-{time.monotonic_ns()}.log"
+        env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        with open(self.log, "wb") as fh:
+            self.proc = subprocess.Popen([sys.executable, "-m", "harness", "train", *args], cwd=ROOT, env=env,
+                                         stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def role_pids(self) -> dict[str, int]:
+        return {m.group(1): int(m.group(2)) for m in re.finditer(r"started role (\w+) \(pid (\d+)", self.text())}
+
+    def wait_for(self, what: str, cond: Callable[[], bool], timeout: float = 240.0, poll: float = 0.003) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the launcher exited ({self.proc.returncode}) before {what}:\n"
+                                     f"{self.text()[-3000:]}")
+            if time.monotonic() > deadline:
+                self.crash()
+                raise AssertionError(f"timed out waiting for {what}:\n{self.text()[-3000:]}")
+            time.sleep(poll)
+
+    def freeze(self) -> dict[str, int]:
+        """SIGSTOP the launcher and its roles at once, so the state seen next is the state killed."""
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+        pids = self.role_pids()
+        for pid in pids.values():
+            _signal(pid, signal.SIGSTOP)
+        return pids
+
+    def crash(self) -> None:
+        """SIGKILL everything: the roles (their own sessions) and the launcher's group. Nobody writes a word."""
+        for pid in self.role_pids().values():
+            _signal(pid, signal.SIGKILL)
+        _signal(-self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        for pid in self.role_pids().values():
+            _wait_gone(pid)
+
+    def finish(self, timeout: float = 300.0) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.crash()
+            raise AssertionError(f"the launcher did not finish within {timeout:.0f}s:\n{self.text()[-3000:]}") from None
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig) if pid > 0 else os.killpg(-pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _proc_state(pid: int) -> str | None:
+    """The state letter of ``pid`` (``Z``: a zombie), None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _wait_gone(pid: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while _proc_state(pid) not in (None, "Z") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _proc_state(pid) in (None, "Z"), f"pid {pid} outlived SIGKILL"
+
+
+def steps_of(run: Path, role: str) -> list[int]:
+    path = run / role / "metrics.jsonl"
+    return [r.step for r in read_steps(path, tolerate_truncated_tail=True).records] if path.is_file() else []
+
+
+def complete(ckpt: Path) -> bool:
+    from harness.role import checkpoint_complete
+
+    return checkpoint_complete(ckpt)
+
+
+def snapshot(run: Path) -> dict[str, Any]:
+    """Every record a resume could change: metrics, evaluation records, checkpoints, the store's groups."""
+    from mgrpo.store import open_store
+
+    files = {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.glob("*/metrics.jsonl"))}
+    files.update({str(p.relative_to(run)): p.read_bytes() for p in sorted(run.glob("eval/*/*.jsonl"))})
+    ckpts = {str(p.relative_to(run)): p.stat().st_mtime_ns for p in sorted(run.glob("*/checkpoints/*/*"))}
+    store = open_store(f"sqlite:///{run / 'store.db'}", run_id=run.name)
+    try:
+        groups = {q: (p.have, p.complete) for q, p in store.group_progress().items()}
+        consumed = [(c.query_id, c.position, c.state, c.deliveries) for c in store.consumed_groups()]
+        rollouts = {q: [(r.R_M, r.policy_version) for r in store.get_rollouts(q)] for q in groups}
+    finally:
+        store.close()
+    return {"files": files, "checkpoints": ckpts, "groups": groups, "consumed": consumed, "rollouts": rollouts}
+
+
+@pytest.mark.slow
+def test_kill_anywhere_then_resume_gives_every_step_eval_and_group_once(tmp_path, warm):
+    from mgrpo.store import open_store
+
+    run = tmp_path / "run"
+    t0 = time.perf_counter()
+    first = ["--trainer", "mgrpo", "--config", str(ROOT / "baselines/configs/tiny/mgrpo.yaml"),
+             "--max-steps", str(STEPS), "--run-dir", str(run), f"models.planner={warm}", f"models.sub={warm}",
+             *OVERRIDES]
+    resume = ["--resume", str(run)]
+    ckpts = {role: run / role / "checkpoints" for role in ("planner", "sub")}
+    notes = []
+
+    # 1. During the step-0 evaluation: its records are cut (one half-written line), the launcher never says so.
+    launch = Launch(run, *first)
+    launch.wait_for("the step-0 evaluation", lambda: any((run / "eval" / "0").glob("local_*.jsonl")))
+    launch.freeze()
+    for f in sorted((run / "eval" / "0").glob("local_*.jsonl"))[1:]:
+        f.unlink()
+    cut = next((run / "eval" / "0").glob("local_*.jsonl"))
+    cut.write_bytes(cut.read_bytes().splitlines()[0][:40])
+    launch.crash()
+    assert json.loads((run / "status.json").read_text())["state"] == "running"  # nobody could say otherwise
+    status = read_status(run)
+    assert status["state"] == "failed" and status["stale"], status
+    assert status["error"] == (f"launcher (pid {launch.proc.pid}) is no longer running; "
+                               f"resume with python -m harness train --resume {run}")
+
+    # 2. Before the first checkpoint: the roles restart from step 0 and must drop every earlier step record.
+    launch = Launch(run, *resume)
+    launch.wait_for("a planner step", lambda: steps_of(run, "planner"))
+    launch.freeze()
+    assert not any(complete(c) for role in ckpts for c in ckpts[role].glob("checkpoint-*")), "a checkpoint exists"
+    notes.append(f"2: killed at planner steps {steps_of(run, 'planner')}, sub steps {steps_of(run, 'sub')}")
+    launch.crash()
+
+    # 3. Between checkpoints: after the planner's checkpoint 2, with a later step recorded.
+    launch = Launch(run, *resume)
+    launch.wait_for("a step after checkpoint 2", lambda: complete(ckpts["planner"] / "checkpoint-2")
+                    and max(steps_of(run, "planner"), default=0) >= 3)
+    launch.freeze()
+    assert not (ckpts["planner"] / "checkpoint-4").exists()
+    notes.append(f"3: killed at planner steps {steps_of(run, 'planner')}, sub steps {steps_of(run, 'sub')}")
+    launch.crash()
+
+    # 4. During a save: the planner's checkpoint-4 directory appears; it must never be resumed from.
+    launch = Launch(run, *resume)
+    target = ckpts["planner"] / "checkpoint-4"
+    launch.wait_for("checkpoint-4", target.exists, poll=0.001)
+    launch.freeze()
+    state = target / "trainer_state.json"
+    when = "trainer_state.json written: removed" if state.exists() else "before trainer_state.json"
+    notes.append(f"4: killed during the save of checkpoint-4 ({when}; files {sorted(p.name for p in target.iterdir())}"
+                 f"; sub checkpoints {sorted(p.name for p in ckpts['sub'].glob('checkpoint-*'))})")
+    state.unlink(missing_ok=True)
+    launch.crash()
+
+    # 5. The sub role alone, mid-step: after a step that is not a checkpoint, it has taken the next step's groups.
+    launch = Launch(run, *resume)
+    store = open_store(f"sqlite:///{run / 'store.db'}", run_id=run.name)
+    try:
+        def sub_mid_step() -> bool:
+            recs = read_steps(run / "sub" / "metrics.jsonl", tolerate_truncated_tail=True).records \
+                if (run / "sub" / "metrics.jsonl").is_file() else []
+            if not recs or recs[-1].step < 3 or recs[-1].step % SAVE == 0:
+                return False
+            return any(c.state == "taken" and c.taken_at > recs[-1].time for c in store.consumed_groups())
+
+        launch.wait_for("the sub role to take groups for its next step", sub_mid_step, poll=0.01)
+    finally:
+        store.close()
+    sub_pid = launch.role_pids()["sub"]
+    os.kill(sub_pid, signal.SIGKILL)
+    notes.append(f"5: sub killed after sub steps {steps_of(run, 'sub')} (planner steps {steps_of(run, 'planner')})")
+    assert launch.finish() == 1
+    assert re.search(r"role sub exited with status -9", launch.text()), launch.text()[-2000:]
+    assert read_status(run)["state"] == "failed" and not read_status(run).get("stale")
+
+    # 6. Resume to the end.
+    launch = Launch(run, *resume)
+    assert launch.finish() == 0, launch.text()[-3000:]
+    assert read_status(run)["state"] == "completed"
+    print("\n[resume] " + "\n[resume] ".join(notes), flush=True)
+
+    assert steps_of(run, "planner") == list(range(1, STEPS + 1))
+    assert steps_of(run, "sub") == list(range(1, STEPS + 1))
+    for role, d in ckpts.items():  # every checkpoint left is complete; the half-written one was redone
+        assert sorted(int(p.name.split("-")[1]) for p in d.glob("checkpoint-*")) == [2, 4, 6], role
+        assert all(complete(p) for p in d.glob("checkpoint-*")), role
+    evals = sorted(int(p.name) for p in (run / "eval").iterdir())
+    assert evals == EVAL_STEPS
+    for step in EVAL_STEPS:
+        assert sorted(p.stem for p in (run / "eval" / str(step)).glob("*.jsonl")) == STYLES
+        for style in STYLES:
+            recs = read_tasks(run / "eval" / str(step) / f"{style}.jsonl").records  # strict: no cut line
+            assert len(recs) == 1 and recs[0].step == step, (step, style, recs)
+
+    store = open_store(f"sqlite:///{run / 'store.db'}", run_id=run.name)
+    try:
+        progress = store.group_progress()
+        consumed = store.consumed_groups()
+        pending = store.pending_groups()
+        delegated = {q: sum(r.n_sub_calls for r in store.get_rollouts(q)) for q in progress}
+    finally:
+        store.close()
+    # The planner: 6 steps x 2 queries, complete; a redone step rewrote its own keys.
+    assert len(progress) == STEPS * 2 and all(p.complete and p.k == 2 for p in progress.values())
+    assert sorted(q.split("@")[1].split(".")[0] for q in progress) == sorted([str(s) for s in range(STEPS)] * 2)
+    # The sub role: every group taken once (the consumer log) and done; each trained by exactly one step record.
+    assert all(delegated.values()), f"the warm-started planner did not delegate in some groups: {delegated}"
+    assert pending == [] and all(c.state == "done" for c in consumed)
+    assert sorted(c.query_id for c in consumed) == sorted(progress)
+    trained = [q for r in read_steps(run / "sub" / "metrics.jsonl").records for q in r.extra["groups"]]
+    assert sorted(trained) == sorted(progress), "a group was lost or trained twice"
+    assert any(c.deliveries > 1 for c in consumed), "no group was redelivered: the kills did not hit a taken group"
+
+    # 7. --resume of the completed run: nothing more is trained, evaluated or acknowledged.
+    before = snapshot(run)
+    launch = Launch(run, *resume)
+    assert launch.finish() == 0, launch.text()[-3000:]
+    assert read_status(run)["state"] == "completed"
+    assert snapshot(run) == before
+    assert "[planner] already finished: checkpoint-6 is step 6 of 6" in (run / "logs" / "planner.log").read_text()
+    assert "[sub] already finished: checkpoint-6 is step 6 of 6" in (run / "logs" / "sub.log").read_text()
+    print(f"[resume] seven launches: {time.perf_counter() - t0:.0f}s", flush=True)

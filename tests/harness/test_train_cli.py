@@ -1,0 +1,128 @@
+"""``python -m harness train``'s console progress and its checks before any role starts (harness/train.py).
+
+No role is started here: the progress printer reads fabricated ``metrics.jsonl`` files, and the model
+checks run in-process through ``main`` (which returns before it would create the run directory). The
+real runs that show the progress lines are in tests/harness/test_train_e2e.py.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.config import ConfigError, from_dict
+from harness.models import check_model_ref
+from harness.records import StepRecord, append_step
+from harness.train import RoleProgress, check_models, main, role_totals
+from harness.train_config import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+MGRPO = str(ROOT / "baselines/configs/tiny/mgrpo.yaml")
+
+
+def _step(run: Path, role: str, step: int, reward: float | None, *, rollout_s: float = 3.0, train_s: float = 1.5,
+          at: float | None = None) -> None:
+    append_step(run, StepRecord(run_id=run.name, trainer="mgrpo", role=role, seed=0, step=step,
+                                time=at if at is not None else 1000.0 + step, reward_mean=reward,
+                                rollout_s=rollout_s, train_s=train_s, wait_s=0.0))
+
+
+def test_progress_prints_a_plain_line_per_new_step_when_stdout_is_not_a_terminal(tmp_path):
+    run = tmp_path / "run"
+    _step(run, "planner", 1, 0.25)  # recorded before this launcher started (a resume): not printed again
+    out = io.StringIO()
+    progress = RoleProgress(run, {"planner": 4, "sub": 4}, stream=out)
+    assert not progress.bars  # a StringIO, like a log file, is no terminal
+    progress.poll()
+    assert out.getvalue() == ""
+    _step(run, "planner", 2, 0.5)
+    _step(run, "sub", 1, None, rollout_s=0.25, train_s=0.5)
+    with open(run / "sub" / "metrics.jsonl", "a") as fh:
+        fh.write('{"run_id": "run", "trainer": "mg')  # the role is writing its next record
+    progress.poll()
+    progress.poll()  # nothing new: nothing printed
+    assert out.getvalue().splitlines() == ["[train] planner step 2/4: reward 0.500, 4.5 s/step",
+                                           "[train] sub step 1/4: reward n/a, 0.8 s/step"]
+    # A resumed role drops the records after its checkpoint and writes the step again: shown again.
+    (run / "planner" / "metrics.jsonl").write_text((run / "planner" / "metrics.jsonl").read_text().splitlines()[0] + "\n")
+    _step(run, "planner", 2, 0.75, at=2000.0)
+    progress.close()
+    assert out.getvalue().splitlines()[-1] == "[train] planner step 2/4: reward 0.750, 4.5 s/step"
+
+
+def test_progress_draws_one_bar_per_role_on_a_terminal(tmp_path):
+    run = tmp_path / "run"
+    out = io.StringIO()
+    progress = RoleProgress(run, {"planner": 4, "sub": 2}, stream=out, bars=True)
+    _step(run, "planner", 1, 0.25)
+    _step(run, "planner", 2, 0.5)
+    progress.poll()
+    progress.close()
+    text = out.getvalue()
+    assert re.search(r"planner:  50%\|[^|]*\| 2/4 \[[^\]]*reward 0\.500, 4\.5 s/step\]", text), text
+    assert re.search(r"    sub:   0%\|[^|]*\| 0/2 \[", text), text
+    assert "[train]" not in text  # no plain lines next to the bars
+
+
+def test_role_totals_are_the_max_steps_of_the_roles_that_train():
+    mgrpo = from_dict(TrainConfig, {"trainer": "mgrpo", "rollout": {"k": 2}, "alignment": {"d": 2},
+                                    "planner": {"max_steps": 6, "groups_per_step": 2}, "sub": {"max_steps": 3}})
+    assert role_totals(mgrpo) == {"planner": 6, "sub": 3}
+    frozen = from_dict(TrainConfig, {"trainer": "frozen_sub", "rollout": {"k": 2},
+                                     "planner": {"max_steps": 6, "groups_per_step": 2}})
+    assert role_totals(frozen) == {"planner": 6}  # its sub role only serves
+
+
+def test_check_model_ref_accepts_names_model_dirs_and_warm_starts(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    check_model_ref("tiny", "planner", key="models.planner")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    check_model_ref(str(model), "sub_agent", key="models.sub")
+    warm = tmp_path / "warm"
+    (warm / "planner").mkdir(parents=True)
+    (warm / "planner" / "config.json").write_text("{}")
+    check_model_ref(str(warm), "planner", key="models.planner")
+    with pytest.raises(ConfigError, match=r"^models\.sub='.*warm': .*warm holds no config\.json: .*a sub_agent/ model"):
+        check_model_ref(str(warm), "sub_agent", key="models.sub")
+    with pytest.raises(ConfigError, match=r"^models\.planner='/nonexistent/m': no model directory at /nonexistent/m"):
+        check_model_ref("/nonexistent/m", "planner", key="models.planner")
+    with pytest.raises(ConfigError, match=r"not in the local Hugging Face cache .*HF_HUB_OFFLINE=1"):
+        check_model_ref("no-such-org/no-such-model-xyz", "planner", key="models.planner")
+
+
+def test_a_bad_model_path_fails_in_one_line_and_leaves_no_run_directory(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    run = tmp_path / "run"
+    assert main(["--trainer", "mgrpo", "--config", MGRPO, "--run-dir", str(run), "models.sub=/nonexistent/model-dir"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: models.sub='/nonexistent/model-dir': no model directory at /nonexistent/model-dir")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not run.exists()
+    # the default run directory (<runs_dir>/<run_id>) is not created either
+    assert main(["--trainer", "mgrpo", "--config", MGRPO, f"runs_dir={tmp_path / 'runs'}",
+                 "models.planner=no-such-org/no-such-model-xyz"]) == 2
+    assert "error: models.planner='no-such-org/no-such-model-xyz': " in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_model_checks_follow_what_each_trainer_loads(tmp_path):
+    def cfg(trainer: str, **models: str) -> TrainConfig:
+        return from_dict(TrainConfig, {"trainer": trainer, "rollout": {"k": 2}, "alignment": {"d": 2}, "models": models,
+                                       "planner": {"max_steps": 2, "groups_per_step": 2}})
+
+    run = tmp_path / "run"
+    check_models(cfg("single_agent", sub="/nonexistent/sub"), run, resume=False)  # single_agent has no sub role
+    with pytest.raises(ConfigError, match=r"^models\.sub="):
+        check_models(cfg("mgrpo", sub="/nonexistent/sub"), run, resume=False)
+    # a resumed mgrpo sub role starts from its own checkpoint; a frozen sub-agent always from models.sub
+    (run / "sub" / "checkpoints" / "checkpoint-2").mkdir(parents=True)
+    check_models(cfg("mgrpo", sub="/nonexistent/sub"), run, resume=True)
+    with pytest.raises(ConfigError, match=r"^models\.sub="):
+        check_models(cfg("frozen_sub", sub="/nonexistent/sub"), run, resume=True)
+    with pytest.raises(ConfigError, match=r"^models\.planner="):
+        check_models(cfg("mgrpo", planner="/nonexistent/planner"), run, resume=True)
