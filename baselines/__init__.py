@@ -1,6 +1,6 @@
-"""The trainer registry: ``TRAINERS[name]`` says which roles a trainer needs and what trains (DESIGN §1, §4, §9).
+"""The trainer registry: ``TRAINERS[name]`` says which roles a trainer needs and what trains (docs/architecture.md §What the harness is, docs/training.md, docs/architecture.md §Layout).
 
-The three trainers of arXiv 2511.13288 (DESIGN §1) differ only in *which roles run* and *which
+The three trainers of arXiv 2511.13288 (docs/architecture.md §What the harness is) differ only in *which roles run* and *which
 of them has an optimizer*; the roles themselves (``harness.role``) and the M-GRPO math
 (``mgrpo/``) are shared. So a trainer here is a small declarative :class:`TrainerSpec`, registered
 by name with the :func:`register_trainer` decorator, and everything that varies by trainer
@@ -14,7 +14,7 @@ tools itself, whether the sub-agent role builds an ``MGRPOTrainer``) reads these
 | ``frozen_sub``   | planner, sub   | ``planner`` (delegate over HTTP) | no (service only) |
 | ``mgrpo``        | planner, sub   | ``planner`` (delegate over HTTP) | yes (d·K aligned groups) |
 
-Decision: the ``mgrpo`` entry lives here too (DESIGN §9 names ``baselines/`` for the two
+Decision: the ``mgrpo`` entry lives here too (docs/architecture.md §Layout names ``baselines/`` for the two
 baselines): one registry, one mechanism; ``mgrpo/`` stays free of harness concepts such as roles.
 This module imports nothing from ``harness/`` or ``mgrpo/`` (a leaf, cheap to import).
 """
@@ -24,15 +24,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ROLE_NAMES", "TRAINERS", "TrainerSpec", "get_trainer", "register_trainer"]
+__all__ = ["CONFIGS_DIR", "DEFAULT_PRESET", "ROLE_NAMES", "TRAINERS", "TrainerSpec", "get_trainer",
+           "register_trainer"]
 
-#: The role processes a trainer can need (DESIGN §4); also the run-directory sub-folders (§8).
+#: The role processes a trainer can need (docs/training.md); also the run-directory sub-folders (docs/report.md).
 ROLE_NAMES = ("planner", "sub")
+#: The run configs, relative to the repository root: ``<CONFIGS_DIR>/<preset>/<trainer>.yaml``.
+CONFIGS_DIR = "baselines/configs"
+#: The preset a command names when none is chosen (the embedded tiny default, docs/models.md).
+DEFAULT_PRESET = "tiny"
 
 
 @dataclass(frozen=True)
 class TrainerSpec:
-    """What one trainer runs (DESIGN §1 table).
+    """What one trainer runs (docs/architecture.md §What the harness is table).
 
     Attributes:
         name: the registry name (``--trainer``).
@@ -58,6 +63,11 @@ class TrainerSpec:
     @property
     def has_sub(self) -> bool:
         return "sub" in self.roles
+
+    def config_path(self, preset: str = DEFAULT_PRESET) -> str:
+        """This trainer's run config in ``preset``, relative to the repository root (e.g.
+        ``baselines/configs/tiny/mgrpo.yaml``): what ``python -m harness train --config`` takes."""
+        return f"{CONFIGS_DIR}/{preset}/{self.name}.yaml"
 
     def validate(self) -> None:
         unknown = [r for r in self.roles if r not in ROLE_NAMES]
@@ -108,7 +118,7 @@ def get_trainer(name: str) -> TrainerSpec:
                   roles=("planner",), planner_agent="single_agent", sub_trains=False)
 class SingleAgent:
     """Baseline: no delegation. The planner role runs the single agent (planner prompt, tools
-    ``search``/``visit``) and trains it with group advantages over K rollouts (DESIGN §1)."""
+    ``search``/``visit``) and trains it with group advantages over K rollouts (docs/architecture.md §What the harness is)."""
 
 
 @register_trainer("frozen_sub", description="trains the planner; the sub-agent LLM stays fixed (served, not trained)",
@@ -122,4 +132,4 @@ class FrozenSub:
                   roles=("sub", "planner"), planner_agent="planner", sub_trains=True)
 class MGRPO:
     """M-GRPO (arXiv 2511.13288): both agents train, each with its own optimizer; the sub role
-    aligns each query's sub-trajectories to d per rollout (DESIGN §3) and trains on d*K groups."""
+    aligns each query's sub-trajectories to d per rollout (docs/paper.md) and trains on d*K groups."""

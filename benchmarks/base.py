@@ -1,10 +1,10 @@
 """The benchmark contract: ``Task``, ``Verdict``, the ``Benchmark`` base class and its errors.
 
-Implements DESIGN §7 ("A benchmark is a small class registered by name with ``name``,
+Implements docs/benchmarks.md ("A benchmark is a small class registered by name with ``name``,
 ``version``, ``load(split, limit)`` and ``score(task, prediction)``") for the real benchmarks
-(GAIA, XBench-DeepSearch, WebWalkerQA) and, later, their ``local_*`` twins from §5.
+(GAIA, XBench-DeepSearch, WebWalkerQA) and, later, their ``local_*`` twins from docs/world.md.
 
-Rules every benchmark inherits from :meth:`Benchmark.score` (DESIGN §7: "a crash, timeout or
+Rules every benchmark inherits from :meth:`Benchmark.score` (docs/evaluation.md: "a crash, timeout or
 unscorable verdict counts as incorrect and stays in the denominator"):
 
 * a prediction that is not ``str`` (``None``, ``bytes``, ``int`` ...), empty/blank, or longer
@@ -18,52 +18,37 @@ repository root (see ``../shared/data/README.md``). Data that is absent raises
 :class:`BenchmarkDataMissing` (the pytest plugin reports it as "not run"); data that is present but
 garbled raises :class:`BenchmarkDataError` naming the file and line.
 
-Deliberate choices where DESIGN is silent:
+Deliberate choices where the paper is silent:
 
 * ``Task.question`` and ``Task.gold`` are left out of ``repr`` so that a traceback or a log line
   never shows benchmark text (XBench forbids plain text on disk or in logs; the GAIA card asks
   not to reshare its questions).
 * ``Benchmark.sensitive`` (True for XBench) tells record writers to store hashes instead of the
   prediction/gold text: :meth:`Benchmark.record_fields` does that.
+
+``Verdict``, the errors, ``sha256_text`` and ``read_jsonl`` are defined in :mod:`benchmarks.core`
+(which :mod:`benchmarks.judges` builds on too, so this module imports the judges at module level
+without a cycle) and re-exported here.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+
+from benchmarks.core import (  # re-exported: part of the contract every benchmark module imports from here
+    BenchmarkDataError, BenchmarkDataMissing, BenchmarkError, Verdict, read_jsonl, sha256_text,
+)
+from benchmarks.judges import Judge, JudgeRequest, get_judge
+from benchmarks.scoring import answers_match
 
 # 100k characters: far above any final answer (GAIA answers are a few words, WebWalkerQA a few
 # sentences), far below the 10 MB garbage a broken generation loop can produce.
 MAX_PREDICTION_CHARS = 100_000
 
 DATA_DIR_ENV = "MGRPO_DATA_DIR"
-
-
-class BenchmarkError(Exception):
-    """Base class of the errors raised by the benchmarks package."""
-
-
-class BenchmarkDataMissing(BenchmarkError):
-    """The benchmark's data is not available here; ``reason`` says what to set or fetch."""
-
-    def __init__(self, benchmark: str, reason: str):
-        self.benchmark = benchmark
-        self.reason = reason
-        super().__init__(f"benchmark {benchmark!r}: data missing: {reason}")
-
-
-class BenchmarkDataError(BenchmarkError):
-    """A data file is present but unreadable or malformed (``path`` and ``line`` name where)."""
-
-    def __init__(self, path: str | os.PathLike[str], line: int | None, problem: str):
-        self.path = str(path)
-        self.line = line
-        self.problem = problem
-        where = f"{self.path}:{line}" if line is not None else self.path
-        super().__init__(f"{where}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -81,32 +66,12 @@ class Task:
     attachments: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome of scoring one prediction.
-
-    ``judge`` is the name of what decided (``exact``, ``gaia_scorer``, ``llm``, ``replay``...),
-    ``verdict`` a short label (``match``, ``no_match``, ``correct``, ``garbage``...), ``error`` a
-    note when the prediction or the judge could not be scored normally (then ``correct`` is False).
-    """
-
-    correct: bool
-    judge: str
-    verdict: str
-    error: str | None = None
-
-
 def default_data_dir() -> Path:
     """``$MGRPO_DATA_DIR`` if set, else ``<repo root>/../shared/data``."""
     env = os.environ.get(DATA_DIR_ENV)
     if env:
         return Path(env).expanduser()
     return Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-def sha256_text(text: str) -> str:
-    """Hex SHA-256 of the UTF-8 bytes of ``text`` (used for record keys and redaction)."""
-    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
 
 
 def check_prediction(prediction: object) -> tuple[str | None, Verdict | None]:
@@ -124,7 +89,12 @@ def check_prediction(prediction: object) -> tuple[str | None, Verdict | None]:
 
 
 class Benchmark:
-    """Base class: subclasses set ``name``/``version`` and implement ``load`` and ``_score_text``.
+    """Base class: subclasses set ``name``/``version`` and implement ``load``.
+
+    Scoring: :meth:`score` checks the prediction, then :meth:`_score_text` applies the benchmark's
+    own rule (:meth:`_rule`, default the normalised exact match) and, when that says no, the
+    configured judge. A benchmark with its own scorer overrides ``_rule`` and ``scorer`` (GAIA),
+    one with another procedure overrides ``_score_text``.
 
     Options common to every benchmark: ``data_dir`` (default :func:`default_data_dir`),
     ``judge`` (a judge name or a ``Judge`` instance; default ``"exact"``) and ``judge_options``
@@ -137,12 +107,12 @@ class Benchmark:
     sensitive: ClassVar[bool] = False
     #: Which published decision rule an llm judge applies (see ``benchmarks.judges``).
     judge_rule: ClassVar[str] = "generic"
+    #: ``Verdict.judge`` when the benchmark's own rule (:meth:`_rule`) decides.
+    scorer: ClassVar[str] = "exact"
 
     def __init__(self, *, data_dir: str | os.PathLike[str] | None = None,
                  judge: Any = "exact", judge_options: dict[str, Any] | None = None):
         self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
-        from benchmarks.judges import Judge, get_judge  # judges imports base: import late
-
         if isinstance(judge, Judge):
             self.judge = judge
         else:
@@ -152,14 +122,35 @@ class Benchmark:
     def load(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         raise NotImplementedError
 
-    def _score_text(self, task: Task, prediction: str) -> Verdict:
-        raise NotImplementedError
-
     def data_files(self, split: str | None = None) -> list[Path]:
         """The files under ``data_dir`` that ``load(split)`` reads; ``[]`` when it needs no data folder
         (a local twin, a Hub download, an explicit path option). Lets a caller check a data folder
         up front and name what it should hold (the evaluation suite's ``--data-dir``)."""
         return []
+
+    # -- scoring: the defaults a benchmark with its own scorer overrides ----------------------
+    @staticmethod
+    def _rule(prediction: str, gold: str) -> tuple[bool, str]:
+        """The benchmark's own answer rule: ``(correct, verdict label when not)``.
+
+        Default: :func:`benchmarks.scoring.answers_match` (normalised exact match), the rule of the
+        benchmarks whose published scorer is an LLM judge (XBench-DeepSearch, WebWalkerQA, their
+        local twins); GAIA and ``local_gaia`` use GAIA's official scorer instead.
+        """
+        return answers_match(prediction, gold), "no_match"
+
+    def _score_text(self, task: Task, prediction: str) -> Verdict:
+        """Score a valid text prediction (only :meth:`score` calls it).
+
+        docs/benchmarks.md: the benchmark's own rule first; when it says no, the configured judge, unless
+        that is ``exact`` (it would only repeat the rule), whose verdict is then "not correct".
+        """
+        ok, label = self._rule(prediction, task.gold)
+        if ok:
+            return Verdict(True, self.scorer, "match")
+        if self.judge.name != "exact":
+            return self.judge.judge(self._judge_request(task, prediction))
+        return Verdict(False, self.scorer, label)
 
     # -- shared behaviour ---------------------------------------------------------------------
     def score(self, task: Task, prediction: object) -> Verdict:
@@ -169,20 +160,18 @@ class Benchmark:
             return rejected
         try:
             return self._score_text(task, text)  # type: ignore[arg-type]
-        except Exception as exc:  # noqa: BLE001 - DESIGN §7: unscorable counts as incorrect
+        except Exception as exc:  # noqa: BLE001 - docs/evaluation.md: unscorable counts as incorrect
             return Verdict(False, "error", "scoring_failed",
                            f"{type(exc).__name__} while scoring task {task.task_id}: "
                            f"{exc if not self.sensitive else '(message withheld: sensitive)'}")
 
-    def _judge_request(self, task: Task, prediction: str):
-        from benchmarks.judges import JudgeRequest
-
+    def _judge_request(self, task: Task, prediction: str) -> JudgeRequest:
         return JudgeRequest(benchmark=self.name, task_id=task.task_id, question=task.question,
                             gold=task.gold, prediction=prediction, rule=self.judge_rule,
                             sensitive=self.sensitive)
 
     def record_fields(self, task: Task, prediction: object) -> dict[str, Any]:
-        """``prediction``/``gold`` for a task record (§8); hashed for a sensitive benchmark."""
+        """``prediction``/``gold`` for a task record (docs/report.md); hashed for a sensitive benchmark."""
         pred = prediction if isinstance(prediction, str) else None
         if not self.sensitive:
             return {"prediction": pred, "gold": task.gold}

@@ -1,7 +1,7 @@
 """The evaluation suite's pytest plugin: options, one item per task, records, the accuracy table.
 
-DESIGN §7 ("``benchmarks/`` is both a package and the pytest suite that evaluates a trained
-system") and §8 (task records under ``runs/<run_id>/eval/<step>/<benchmark>.jsonl``)::
+docs/evaluation.md ("``benchmarks/`` is both a package and the pytest suite that evaluates a trained
+system") and docs/report.md (task records under ``runs/<run_id>/eval/<step>/<benchmark>.jsonl``)::
 
     pytest benchmarks/ --trainer=mgrpo|frozen_sub|single_agent|expert [--run DIR]
            [--bench NAME[,NAME]] [--bench-limit N] [--judge NAME] [--data-dir DIR] [-n 2]
@@ -17,7 +17,7 @@ This conftest only loads for paths under ``benchmarks/`` (the repository's ``tes
 * **Verdicts**: a wrong answer is a recorded result and the item **passes**. A runner crash or a
   timeout (``--task-timeout``) is recorded with ``correct=false`` and ``error`` set, and the item
   is reported **xfail** with the error as its reason: visible in the summary (``-ra``), not a
-  failure of the suite, never dropped from the table (it stays in the denominator, §7).
+  failure of the suite, never dropped from the table (it stays in the denominator, docs/evaluation.md).
   An unscorable prediction (none, empty, too long) is an ordinary incorrect verdict (passes).
 * **Records**: one :class:`harness.records.TaskRecord` per item, appended atomically
   (:func:`harness.records.append_task`: one ``os.write`` under ``flock``, safe with ``-n``) to
@@ -72,10 +72,13 @@ _ITEM_ID = re.compile(r"\[([A-Za-z0-9_]+)::(.*)\]$")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    g = parser.getgroup("mgrpo-eval", "M-GRPO evaluation suite (benchmarks/, DESIGN §7)")
-    g.addoption("--trainer", default="expert",
-                help="what to evaluate: mgrpo, frozen_sub, single_agent (the latest run of that trainer) "
-                     "or expert (the world's scripted expert; default)")
+    from baselines import TRAINERS
+    from benchmarks.runners import EXPERT
+
+    g = parser.getgroup("mgrpo-eval", "M-GRPO evaluation suite (benchmarks/, docs/evaluation.md)")
+    g.addoption("--trainer", default=EXPERT,
+                help=f"what to evaluate: {', '.join(TRAINERS)} (the latest run of that trainer) "
+                     f"or {EXPERT} (the world's scripted expert; default)")
     g.addoption("--run", default=None, metavar="DIR", help="evaluate this run folder (and write its records there)")
     g.addoption("--runs-dir", default=None, metavar="DIR",
                 help="where runs are looked up / the expert's run is created (default: <rootdir>/runs)")
@@ -337,16 +340,18 @@ class _XdistSession:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    from benchmarks.runners import EXPERT
+
     state = _state(session.config)
-    if state is None or state.is_worker or state.target is None or state.trainer != "expert":
+    if state is None or state.is_worker or state.target is None or state.trainer != EXPERT:
         return
     if state.target.provenance is None and not session.config.option.collectonly:
         from harness.records import write_provenance
 
         write_provenance(state.target.run_dir, {
-            "trainer": "expert", "world": {"seed": state.world_seed, "size": state.world_size},
+            "trainer": EXPERT, "world": {"seed": state.world_seed, "size": state.world_size},
             "expert_noise": state.expert_noise, "visit_backend": state.visit_backend,
-        }, [state.world_seed], trainer="expert", arm="expert", mark_running=False)
+        }, [state.world_seed], trainer=EXPERT, arm=EXPERT, mark_running=False)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -389,7 +394,7 @@ class EvalSuite:
         def work() -> None:
             try:
                 box["answer"] = self.runner.answer(bench, task)
-            except BaseException as exc:  # noqa: BLE001 - a crash is a recorded verdict (§7)
+            except BaseException as exc:  # noqa: BLE001 - a crash is a recorded verdict (docs/evaluation.md)
                 message = "(message withheld: sensitive benchmark)" if bench.sensitive else str(exc)[:500]
                 box["error"] = f"{type(exc).__name__}: {message}"
                 if not bench.sensitive:
@@ -433,7 +438,9 @@ class EvalSuite:
             verdict=verdict.verdict if error is None else ("timeout" if error.startswith("timeout") else "crashed"),
             error=error if error is not None else verdict.error,
             n_turns=getattr(answer, "n_turns", None), n_sub_calls=getattr(answer, "n_sub_calls", None),
-            n_tokens=getattr(answer, "n_tokens", None), latency_s=round(latency, 6), extra=extra)
+            n_tokens=getattr(answer, "n_tokens", None), latency_s=round(latency, 6), extra=extra,
+            # the transcript holds the question: never on disk for a sensitive benchmark (XBench plain text)
+            transcript=None if bench.sensitive else getattr(answer, "transcript", None))
         path = append_task(target.run_dir, record)
         return Outcome(record, path, crashed=error is not None)
 
@@ -501,7 +508,7 @@ def _session_records(state: EvalState, name: str) -> dict[str, Any]:
     if state.target is not None:
         path = RunPaths(state.target.run_dir).eval_file(state.target.step, name)
         if path.is_file():
-            for r in read_tasks(path, tolerate_truncated_tail=True).records:
+            for r in read_tasks(path, tolerate_truncated_tail=True, transcripts=False).records:
                 if r.extra.get("eval_session") == state.session_id:
                     recs[r.task_id] = r
     return recs
@@ -604,8 +611,10 @@ def _nothing_evaluated(state: EvalState, exitstatus: int) -> str:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from benchmarks.runners import EXPERT
+
     state = _state(session.config)
-    if state is None or state.is_worker or state.target is None or state.trainer != "expert":
+    if state is None or state.is_worker or state.target is None or state.trainer != EXPERT:
         return
     if session.config.option.collectonly:
         return

@@ -1,5 +1,5 @@
 """GAIA (Mialon et al., 2023; https://huggingface.co/datasets/gaia-benchmark/GAIA): loader and
-the official scorer (DESIGN §7).
+the official scorer (docs/benchmarks.md).
 
 Scorer: :func:`question_scorer` is the GAIA leaderboard's ``question_scorer`` (the ``scorer.py``
 of the ``gaia-benchmark/leaderboard`` Space), rule for rule:
@@ -35,16 +35,15 @@ says no, for free-form answers; the default ``exact`` keeps the official numbers
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import string
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable
 
-from benchmarks.base import Benchmark, BenchmarkDataError, BenchmarkDataMissing, Task, Verdict
+from benchmarks.base import Benchmark, BenchmarkDataError, BenchmarkDataMissing, Task, Verdict, read_jsonl
 from benchmarks.registry import register_benchmark
 
 log = logging.getLogger(__name__)
@@ -119,6 +118,24 @@ def question_scorer(model_answer: str, ground_truth: str) -> bool:
     return normalize_str(model_answer) == normalize_str(ground_truth)
 
 
+def scorer_rule(prediction: str, gold: str) -> tuple[bool, str]:
+    """:func:`question_scorer` as a :meth:`Benchmark._rule <benchmarks.base.Benchmark._rule>`:
+    ``(correct, "list_length_mismatch" | "no_match")``, the scorer's length warning caught."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = question_scorer(prediction, gold)
+    return ok, "list_length_mismatch" if caught else "no_match"
+
+
+class GaiaScoring:
+    """Mixin of the benchmarks scored like GAIA (``gaia`` and its twin ``local_gaia``): the official
+    scorer, then the configured judge with the ``gaia`` prompt only if it is not ``exact``."""
+
+    scorer: ClassVar[str] = "gaia_scorer"
+    judge_rule: ClassVar[str] = "gaia"
+    _rule = staticmethod(scorer_rule)
+
+
 # ---- data -----------------------------------------------------------------------------------
 def read_text103_ids(path: Path) -> list[str]:
     """The task ids of GAIA-Text-103, one UUID a line (``#`` comments and blanks ignored)."""
@@ -137,20 +154,6 @@ def read_text103_ids(path: Path) -> list[str]:
     return ids
 
 
-def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise BenchmarkDataError(path, lineno, f"not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise BenchmarkDataError(path, lineno, "a GAIA row must be a JSON object")
-            yield lineno, row
-
-
 def _read_parquet(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
     import pandas as pd
 
@@ -163,13 +166,12 @@ def _read_parquet(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
 
 
 @register_benchmark
-class Gaia(Benchmark):
+class Gaia(GaiaScoring, Benchmark):
     """GAIA 2023 (validation/test); options ``snapshot``, ``attachments_dir``, ``subset``,
     ``config``, ``levels`` (e.g. ``(1, 2)``)."""
 
     name = "gaia"
     version = "2023"
-    judge_rule = "gaia"
 
     def __init__(self, *, snapshot: str | os.PathLike[str] | None = None,
                  attachments_dir: str | os.PathLike[str] | None = None, subset: str | None = None,
@@ -206,8 +208,8 @@ class Gaia(Benchmark):
             roots = [snap, meta.parent]
         if self.attachments_dir is not None:
             roots.insert(0, self.attachments_dir)
-        reader = _read_parquet if meta.suffix == ".parquet" else _read_jsonl
-        return meta, list(reader(meta)), roots
+        rows = _read_parquet(meta) if meta.suffix == ".parquet" else read_jsonl(meta, "a GAIA row")
+        return meta, list(rows), roots
 
     def _hub_rows(self, split: str) -> tuple[str, list[tuple[int, dict[str, Any]]], list[Path]]:
         how = (f"or use a local snapshot: get_benchmark('gaia', snapshot=DIR) / ${SNAPSHOT_ENV}=DIR "
@@ -303,16 +305,8 @@ class Gaia(Benchmark):
     # -- score ----------------------------------------------------------------------------------
     def _score_text(self, task: Task, prediction: str) -> Verdict:
         if not task.gold or task.gold == "?":
-            return Verdict(False, "gaia_scorer", "no_gold", "this split has no public answers")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            ok = question_scorer(prediction, task.gold)
-        note = "list_length_mismatch" if caught else None
-        if ok:
-            return Verdict(True, "gaia_scorer", "match")
-        if self.judge.name != "exact":
-            return self.judge.judge(self._judge_request(task, prediction))
-        return Verdict(False, "gaia_scorer", note or "no_match")
+            return Verdict(False, self.scorer, "no_gold", "this split has no public answers")
+        return super()._score_text(task, prediction)
 
 
 def _truthy(value: str | None) -> bool:

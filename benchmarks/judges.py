@@ -1,4 +1,4 @@
-"""Pluggable judges, registered by name: ``exact``, ``llm``, ``replay`` (DESIGN §7).
+"""Pluggable judges, registered by name: ``exact``, ``llm``, ``replay`` (docs/benchmarks.md).
 
 * ``exact`` (the offline default): :func:`benchmarks.scoring.answers_match`.
 * ``llm``: any OpenAI-compatible endpoint (``POST {base_url}/chat/completions``). Model name,
@@ -24,7 +24,7 @@
   keyed by ``sha256(model + "\\n" + prompt)``; a cache entry holds the key, the verdict label,
   ``correct`` and the error note only, so no benchmark text (XBench plain text in particular)
   is ever written. Transport failures are not cached (a rerun retries them).
-* ``replay``: recorded verdicts from task-record JSONL files (DESIGN §8), keyed by
+* ``replay``: recorded verdicts from task-record JSONL files (docs/report.md), keyed by
   ``(benchmark, task_id, sha256(prediction))``; a prediction with no recorded verdict is
   incorrect with ``verdict="missing"``.
 
@@ -43,7 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, TypeVar
 
-from benchmarks.base import BenchmarkDataError, BenchmarkDataMissing, BenchmarkError, Verdict, sha256_text
+from benchmarks.core import (
+    BenchmarkDataError, BenchmarkDataMissing, BenchmarkError, Verdict, read_jsonl, sha256_text,
+)
 from benchmarks.scoring import answers_match
 
 log = logging.getLogger(__name__)
@@ -380,7 +382,7 @@ def _record_prediction_hash(record: Mapping[str, Any]) -> str | None:
 
 @register_judge
 class ReplayJudge(Judge):
-    """Verdicts recorded in task-record JSONL files (DESIGN §8).
+    """Verdicts recorded in task-record JSONL files (docs/report.md).
 
     Options: ``records`` — a path, a list of paths, or an iterable of record mappings. Each record
     needs ``benchmark``, ``task_id``, ``prediction`` (text or ``sha256:<hex>``) or
@@ -404,15 +406,8 @@ class ReplayJudge(Judge):
     def _load_file(self, path: Path) -> None:
         if not path.is_file():
             raise BenchmarkDataMissing("replay", f"task-record file {path} not found")
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError as exc:
-                    raise BenchmarkDataError(path, lineno, f"not valid JSON ({exc.msg})") from None
-                self._add(record, path, lineno)
+        for lineno, record in read_jsonl(path, "a task record"):
+            self._add(record, path, lineno)
 
     def _add(self, record: Any, path: Any, lineno: int | None) -> None:
         if not isinstance(record, Mapping):

@@ -1,4 +1,4 @@
-"""The ``local_*`` twins of the three benchmarks, over the offline web world (DESIGN §5, §7).
+"""The ``local_*`` twins of the three benchmarks, over the offline web world (docs/world.md, docs/evaluation.md).
 
 ``local_gaia``, ``local_xbench`` and ``local_webwalkerqa`` pose the tasks that
 :mod:`harness.world.tasks` generates for a world seed, in each benchmark's own schema, and score
@@ -28,11 +28,11 @@ needs the train split (XBench ids count on from it). Both are checked against th
 generation in ``tests/benchmarks/test_eval_suite.py``.
 
 Splits: ``test`` (default, 50 tasks per benchmark where the world has them) and ``train`` (200);
-they share no answer entity (DESIGN §5).
+they share no answer entity (docs/world.md).
 
 ``Task`` fields: ``task_id`` is the schema's own id (GAIA ``task_id``, XBench ``id``) or, for
 WebWalkerQA rows (which have none), the generator's stable ``gold.uid``; ``question`` is
-:func:`harness.world.tasks.task_prompt` of the row (GAIA attachments inlined as text, WebWalkerQA's
+:func:`harness.world.schemas.task_prompt` of the row (GAIA attachments inlined as text, WebWalkerQA's
 ``root_url`` appended) with the world's placeholder base URL ``http://world.local``: a runner moves
 the row to its live server with :func:`harness.world.tasks.rebase` of ``metadata["world_task"]``
 (the raw generated row, gold decomposition included; do not mutate it). ``metadata`` also holds
@@ -49,22 +49,20 @@ from __future__ import annotations
 
 import functools
 import os
-import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
-from benchmarks.base import Benchmark, BenchmarkDataError, BenchmarkDataMissing, Task, Verdict
-from benchmarks.gaia import question_scorer
+from benchmarks.base import Benchmark, BenchmarkDataError, BenchmarkDataMissing, Task
+from benchmarks.gaia import GaiaScoring
 from benchmarks.registry import register_benchmark
-from benchmarks.scoring import answers_match
+from harness.world.generator import SIZES, WorldConfig, generate_world
+from harness.world.schemas import task_id, task_prompt
 
 SPLITS = ("test", "train")
 DEFAULT_WORLD_SIZE = "default"
 
 
 def _check_world(world_seed: Any, world_size: Any) -> tuple[int, str]:
-    from harness.world.generator import SIZES
-
     if isinstance(world_seed, bool) or not isinstance(world_seed, int) or world_seed < 0:
         raise ValueError(f"world_seed must be an int >= 0, got {world_seed!r}")
     if world_size not in SIZES:
@@ -75,7 +73,8 @@ def _check_world(world_seed: Any, world_size: Any) -> tuple[int, str]:
 @functools.lru_cache(maxsize=16)
 def generated_tasks(world_seed: int, world_size: str, split: str) -> dict[str, tuple[dict[str, Any], ...]]:
     """``{world benchmark: rows}`` of one split, generated in memory (cached per process)."""
-    from harness.world.generator import WorldConfig, generate_world
+    # Imported here, not at the top: harness.world.tasks loads the search index (bm25s, numpy) and
+    # the tools, which listing or loading the real benchmarks does not need.
     from harness.world.tasks import TaskConfig, generate_tasks
 
     # The train split comes first in the generator's order, so it does not depend on n_test; the
@@ -89,7 +88,7 @@ class LocalBenchmark(Benchmark):
     """Base of the ``local_*`` twins: tasks of one world benchmark (``world_benchmark``)."""
 
     version = "1"
-    #: The :data:`harness.world.tasks.BENCHMARKS` name whose rows this twin poses.
+    #: The :data:`harness.world.schemas.BENCHMARKS` name whose rows this twin poses.
     world_benchmark: ClassVar[str] = ""
 
     def __init__(self, *, world_seed: int = 0, world_size: str = DEFAULT_WORLD_SIZE,
@@ -105,7 +104,7 @@ class LocalBenchmark(Benchmark):
     def _rows(self, split: str) -> list[dict[str, Any]]:
         if self.tasks_dir is None:
             return list(generated_tasks(self.world_seed, self.world_size, split).get(self.world_benchmark, ()))
-        from harness.world.tasks import TaskFileError, load_tasks
+        from harness.world.tasks import TaskFileError, load_tasks  # not at the top: see generated_tasks
 
         path = self.tasks_dir / self.world_benchmark / f"{split}.jsonl"
         if not path.is_file():
@@ -133,9 +132,6 @@ class LocalBenchmark(Benchmark):
         return [self._task(row, split) for row in rows]
 
     def _task(self, row: dict[str, Any], split: str) -> Task:
-        from harness.world.expert import task_id
-        from harness.world.tasks import task_prompt
-
         gold = row["gold"]
         meta: dict[str, Any] = {"split": split, "template": gold.get("template"),
                                 "world_seed": self.world_seed, "world_size": self.world_size,
@@ -153,36 +149,15 @@ class LocalBenchmark(Benchmark):
     def _metadata(self, row: dict[str, Any]) -> dict[str, Any]:
         return {}
 
-    # -- score ----------------------------------------------------------------------------------
-    def _score_text(self, task: Task, prediction: str) -> Verdict:
-        if answers_match(prediction, task.gold):
-            return Verdict(True, "exact", "match")
-        if self.judge.name == "exact":
-            return Verdict(False, "exact", "no_match")
-        return self.judge.judge(self._judge_request(task, prediction))
-
-
 @register_benchmark
-class LocalGaia(LocalBenchmark):
+class LocalGaia(GaiaScoring, LocalBenchmark):
     """GAIA-style tasks of the offline world (Levels 1-3 by hops), scored by GAIA's scorer."""
 
     name = "local_gaia"
     world_benchmark = "gaia"
-    judge_rule = "gaia"
 
     def _metadata(self, row: dict[str, Any]) -> dict[str, Any]:
         return {"level": int(row["Level"]), "file_name": row.get("file_name") or None}
-
-    def _score_text(self, task: Task, prediction: str) -> Verdict:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            ok = question_scorer(prediction, task.gold)
-        if ok:
-            return Verdict(True, "gaia_scorer", "match")
-        if self.judge.name != "exact":
-            return self.judge.judge(self._judge_request(task, prediction))
-        return Verdict(False, "gaia_scorer", "list_length_mismatch" if caught else "no_match")
-
 
 @register_benchmark
 class LocalXBench(LocalBenchmark):

@@ -1,9 +1,9 @@
-"""Benchmark registry: benchmarks are small classes registered by name (DESIGN §7).
+"""Benchmark registry: benchmarks are small classes registered by name (docs/benchmarks.md).
 
 ``@register_benchmark`` adds a :class:`~benchmarks.base.Benchmark` subclass under its ``name``;
 ``get_benchmark(name, **options)`` builds one; ``list_benchmarks()`` lists the names. The
 built-in modules (``gaia``, ``xbench``, ``webwalkerqa``, and ``local``: the ``local_gaia`` /
-``local_xbench`` / ``local_webwalkerqa`` twins over the offline world of §5) are imported on first
+``local_xbench`` / ``local_webwalkerqa`` twins over the offline world of docs/world.md) are imported on first
 use, so importing the registry stays cheap. A new benchmark is one small class in its own module,
 decorated with ``@register_benchmark``, plus its module name in :data:`BUILTIN_MODULES`.
 """

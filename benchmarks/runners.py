@@ -1,4 +1,4 @@
-"""How a "trainer" becomes an agent that answers benchmark tasks (DESIGN §7, §8).
+"""How a "trainer" becomes an agent that answers benchmark tasks (docs/evaluation.md, docs/report.md).
 
 ``pytest benchmarks/ --trainer=NAME`` evaluates a *runner*. Runners are registered by name
 (:func:`register_runner`, :func:`build_runner`):
@@ -10,15 +10,19 @@
   training. It answers only the ``local_*`` benchmarks: the real GAIA / XBench / WebWalkerQA need
   the real web, which the offline expert cannot browse, so it says so (the plugin reports those
   benchmarks as "not run" with that reason).
-* ``mgrpo``, ``frozen_sub``, ``single_agent``: a trained run of that trainer, the latest under
+* every trainer of the registry :data:`baselines.TRAINERS` (``mgrpo``, ``frozen_sub``,
+  ``single_agent``): a trained run of that trainer, the latest under
   ``runs/`` (the one whose ``provenance.json`` is newest among those naming the trainer) or the
   one given with ``--run DIR``. When there is none, :class:`NoRunFound` carries the one-line
-  message naming the command that makes one. :class:`ModelRunner` is the model-based runner: it
-  loads the run's weights (:func:`resolve_weights`) and answers with :func:`harness.rollout.run_group` (K = 1,
-  greedy), planner + :class:`~harness.rollout.InProcessSubAgent` for ``mgrpo``/``frozen_sub``, the
-  single agent with the toolbox for ``single_agent``.
+  message naming the command that makes one (with the trainer's ``TrainerSpec.config_path()``).
+  :class:`ModelRunner` is the model-based runner: it loads the run's weights
+  (:func:`resolve_weights`) and answers with :func:`harness.rollout.run_group` (K = 1, greedy),
+  planner + :class:`~harness.rollout.InProcessSubAgent` when the trainer's planner delegates
+  (``TrainerSpec.delegates``: ``mgrpo``/``frozen_sub``), else the single agent with the toolbox.
+  What differs by trainer is read from its ``TrainerSpec`` (``delegates``, ``has_sub``,
+  ``sub_trains``, ``planner_agent``), never from its name.
 
-Run layout this module reads (DESIGN §8; the trainers write it): ``<run>/provenance.json`` with
+Run layout this module reads (docs/report.md; the trainers write it): ``<run>/provenance.json`` with
 ``trainer`` at the top level (:func:`harness.records.write_provenance`) or under ``config``;
 checkpoints ``<run>/<role>/checkpoints/checkpoint-<step>/`` (or ``<step>/``), each a
 ``save_pretrained`` directory (model + tokenizer) that :func:`harness.models.load_model` opens.
@@ -27,8 +31,9 @@ checkpoints ``<run>/<role>/checkpoints/checkpoint-<step>/`` (or ``<step>/``), ea
 it changes. Rollout limits come from the run's resolved config (``config["rollout"]``) when present.
 
 **Which weights** (:func:`resolve_weights`, issue 14): the planner's checkpoint of the evaluated
-step; the ``mgrpo`` sub-agent's latest checkpoint at or before that step (the weights the sub role
-had reached by then), ``frozen_sub``'s latest (its ``checkpoint-0``). A role with no such checkpoint
+step; a training sub-agent's (``sub_trains``: ``mgrpo``) latest checkpoint at or before that step
+(the weights the sub role had reached by then), a frozen one's latest (``frozen_sub``: its
+``checkpoint-0``). A role with no such checkpoint
 (e.g. an ``mgrpo`` sub role that trained 0 steps because the planner never delegated, so it saved
 nothing) is evaluated with **the weights it started from**: the run's ``config.models.<role>`` (a
 warm-start folder's ``planner/``, ``sub_agent/`` or ``single_agent/``), loaded as the role loaded it.
@@ -48,13 +53,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from baselines import TRAINERS, get_trainer
 from benchmarks.base import Benchmark, Task
+from harness.transcript import episode_transcript, messages_transcript
 
-TRAINERS = ("mgrpo", "frozen_sub", "single_agent")
-"""Trainers whose runs the suite evaluates (DESIGN §1)."""
 EXPERT = "expert"
+"""The runner of the world's scripted expert (not a trainer: it needs no run)."""
 VISIT_BACKENDS = ("direct", "playwright")
-CONFIG_PRESET = "baselines/configs/tiny/{trainer}.yaml"
 
 
 class RunnerError(Exception):
@@ -73,8 +78,8 @@ class NoRunFound(RunnerError):
 
 
 def train_command(trainer: str) -> str:
-    """The command that makes a run of ``trainer`` with the embedded tiny preset."""
-    return f"python -m harness train --trainer {trainer} --config {CONFIG_PRESET.format(trainer=trainer)}"
+    """The command that makes a run of ``trainer`` with its config of the default (tiny) preset."""
+    return f"python -m harness train --trainer {trainer} --config {get_trainer(trainer).config_path()}"
 
 
 # ------------------------------------------------------------------------------ run lookup
@@ -272,6 +277,8 @@ class Answer:
     n_sub_calls: int | None = None
     n_tokens: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    transcript: dict[str, Any] | None = None
+    """The episode's turns (:mod:`harness.transcript`); the plugin keeps it off disk for sensitive benchmarks."""
 
 
 @dataclass
@@ -333,15 +340,15 @@ class ExpertRunner(Runner):
 
         world = self.ctx.world
         row = _local_row(task, world.base_url)
-        transcript = run_expert_episode(row, world.toolbox, config=ExpertConfig(noise=self.ctx.expert_noise),
-                                        seed=self.ctx.target.seed)
-        n_turns = sum(1 for m in transcript.planner if m["role"] == "assistant")
-        return Answer(transcript.answer, n_turns=n_turns, n_sub_calls=len(transcript.sub_calls),
-                      extra={"n_sub_turns": sum(1 for s in transcript.sub_calls for m in s
-                                                if m["role"] == "assistant")})
+        episode = run_expert_episode(row, world.toolbox, config=ExpertConfig(noise=self.ctx.expert_noise),
+                                     seed=self.ctx.target.seed)
+        n_turns = sum(1 for m in episode.planner if m["role"] == "assistant")
+        return Answer(episode.answer, n_turns=n_turns, n_sub_calls=len(episode.sub_calls),
+                      extra={"n_sub_turns": sum(1 for s in episode.sub_calls for m in s if m["role"] == "assistant")},
+                      transcript=messages_transcript(episode.planner, sub_calls=episode.sub_calls))
 
 
-# Sub-folder of a warm-start directory each agent loads (as harness.role.load_model_for does).
+# Sub-folder of a warm-start directory each agent loads (as harness.role.common.load_model_for does).
 _WARM_START_DIRS = {"planner": "planner", "single_agent": "single_agent", "sub": "sub_agent"}
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -394,7 +401,7 @@ def started_weights(target: EvalTarget, role: str, reason: str) -> PolicyWeights
     models = _models_config(target)
     name = models.get(role)
     name = name if isinstance(name, str) and name.strip() else "tiny"
-    agent = "single_agent" if role == "planner" and target.trainer == "single_agent" else role
+    agent = get_trainer(target.trainer).planner_agent if role == "planner" else role
     for base in (Path.cwd(), REPO_ROOT):
         cand = Path(name) if Path(name).is_absolute() else base / name
         if cand.is_dir():
@@ -424,18 +431,19 @@ def resolve_weights(target: EvalTarget) -> dict[str, PolicyWeights]:
     else:
         raise RunnerError(f"{run}/planner/checkpoints/ has no checkpoint for step {step}; it has steps "
                           f"{', '.join(str(s) for s, _ in planner)} (pass one of them as --eval-step)")
-    if target.trainer == "single_agent":
+    spec = get_trainer(target.trainer)
+    if not spec.has_sub:
         return out
     sub = checkpoints(run, "sub")
-    # mgrpo: the sub role's latest weights at the evaluated step; frozen_sub: its only (frozen) ones.
-    usable = [(s, d) for s, d in sub if s <= step] if target.trainer == "mgrpo" else sub
+    # A sub role that trains (mgrpo): its latest weights at the evaluated step; a frozen one: its only ones.
+    usable = [(s, d) for s, d in sub if s <= step] if spec.sub_trains else sub
     if usable:
         s, d = usable[-1]
         out["sub"] = PolicyWeights("sub", "checkpoint", str(d), s)
     elif sub:
         out["sub"] = started_weights(target, "sub", f"no sub checkpoint at or before step {step} "
                                                     f"(its first is step {sub[0][0]})")
-    elif target.trainer == "mgrpo":  # the planner never delegated, so no query group reached the sub role
+    elif spec.sub_trains:  # the planner never delegated, so no query group reached the sub role
         out["sub"] = started_weights(target, "sub", "no checkpoint: the sub role trained no step")
     else:
         out["sub"] = started_weights(target, "sub", "no checkpoint: the frozen sub role saved none")
@@ -461,7 +469,7 @@ def load_policy(run_dir: Path, role: str, step: int | None = None, *,
         weights = PolicyWeights(role, "checkpoint", str(found[-1][1]), found[-1][0])
     if weights.source == "checkpoint":
         spec = ModelSpec(name=weights.path)
-    else:  # as the role loaded it (harness.role.load_model_for): same seed, dtype and cache
+    else:  # as the role loaded it (harness.role.common.load_model_for): same seed, dtype and cache
         spec = ModelSpec(name=weights.path, seed=_int_or(weights.model.get("init_seed"), 0),
                          **{k: str(weights.model[k]) for k in ("dtype", "cache_dir") if weights.model.get(k)})
     model, tokenizer = load_model(spec)
@@ -477,7 +485,7 @@ class ModelRunner(Runner):
         from harness.rollout import RolloutConfig
 
         target = ctx.target
-        self.multi = target.trainer != "single_agent"
+        self.multi = get_trainer(target.trainer).delegates  # planner + sub-agent, else the single agent
         config = (target.provenance or {}).get("config") or {}
         rollout = config.get("rollout") if isinstance(config.get("rollout"), dict) else {}
         self.cfg = from_dict(RolloutConfig, dict(rollout), "provenance config.rollout") if rollout else RolloutConfig()
@@ -528,7 +536,8 @@ class ModelRunner(Runner):
         traj = episode.trajectory
         n_tokens = traj.n_model_tokens + sum(t.n_model_tokens for t in result.sub_trajectories)
         return Answer(episode.answer, n_turns=traj.n_turns, n_sub_calls=len(episode.sub_results),
-                      n_tokens=n_tokens, extra={"end_reason": traj.end_reason, "format_ok": traj.format_ok})
+                      n_tokens=n_tokens, extra={"end_reason": traj.end_reason, "format_ok": traj.format_ok},
+                      transcript=episode_transcript(episode))
 
     def close(self) -> None:
         if self._engine is not None:

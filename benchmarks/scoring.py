@@ -1,8 +1,8 @@
-"""Answer normalisation, accuracy ± standard error and per-cell breakdowns (DESIGN §7).
+"""Answer normalisation, accuracy ± standard error and per-cell breakdowns (docs/benchmarks.md).
 
 * :func:`normalize_answer` / :func:`answers_match`: the ``exact`` judge's rule, used by every
   benchmark whose published scorer is not an exact-match function (XBench-DeepSearch and
-  WebWalkerQA use an LLM judge upstream; we try the exact match first, DESIGN §7). Lowercase
+  WebWalkerQA use an LLM judge upstream; we try the exact match first, docs/benchmarks.md). Lowercase
   (after Unicode NFKC, so full-width Chinese punctuation and digits fold), strip punctuation
   (ASCII and Unicode ``P*`` categories), drop the English articles *a/an/the* as words, remove
   all whitespace; two answers that both parse as numbers (``$ % ,`` and thousands separators
@@ -15,7 +15,7 @@
   Table 3), every cell present even when empty.
 
 Everything counted here treats a missing/failed verdict as incorrect (it stays in the
-denominator, DESIGN §7).
+denominator, docs/evaluation.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The evaluation suite: one test item per benchmark task (DESIGN §7, §8).
+"""The evaluation suite: one test item per benchmark task (docs/evaluation.md, docs/report.md).
 
 ``pytest benchmarks/ --trainer=expert|mgrpo|frozen_sub|single_agent ...``; the options, the
 parametrisation (ids ``<benchmark>::<task_id>``), the records and the closing accuracy table live

@@ -1,5 +1,5 @@
 """WebWalkerQA (Wu et al., "WebWalker: Benchmarking LLMs in Web Traversal", ACL 2025;
-https://huggingface.co/datasets/callanwu/WebWalkerQA, Apache-2.0): loader and scorer (DESIGN §7).
+https://huggingface.co/datasets/callanwu/WebWalkerQA, Apache-2.0): loader and scorer (docs/benchmarks.md).
 
 Data: the Hub ``main`` split schema, one JSON object a line: ``question``, ``answer``,
 ``root_url``, ``info`` = {``domain``, ``lang``, ``source_website``, ``golden_path``, ``type``,
@@ -21,14 +21,13 @@ but the reference answer is incorrect, so offline numbers are a lower bound.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from benchmarks.base import Benchmark, BenchmarkDataError, BenchmarkDataMissing, Task, Verdict
+from benchmarks.base import Benchmark, BenchmarkDataError, BenchmarkDataMissing, Task, read_jsonl
 from benchmarks.registry import register_benchmark
-from benchmarks.scoring import WEBWALKERQA_DIFFICULTIES, WEBWALKERQA_TYPES, answers_match
+from benchmarks.scoring import WEBWALKERQA_DIFFICULTIES, WEBWALKERQA_TYPES
 
 SPLIT_FILES = {"main": "webwalkerqa_main.jsonl", "sample24": "webwalkerqa_sample24.jsonl"}
 
@@ -39,42 +38,31 @@ def read_webwalkerqa(path: Path) -> list[Task]:
         raise BenchmarkDataMissing("webwalkerqa", f"{path} not found (see ../shared/data/README.md)")
     tasks: list[Task] = []
     seen: set[str] = set()
-    with path.open(encoding="utf-8") as fh:
-        row_number = -1
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            row_number += 1
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise BenchmarkDataError(path, lineno, f"not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise BenchmarkDataError(path, lineno, "a WebWalkerQA row must be a JSON object")
-            info = row.get("info")
-            missing = [k for k in ("question", "answer", "root_url") if not isinstance(row.get(k), str)]
-            if not isinstance(info, dict):
-                missing.append("info")
-            else:
-                missing += [f"info.{k}" for k in ("type", "difficulty_level") if not isinstance(info.get(k), str)]
-            if missing:
-                raise BenchmarkDataError(path, lineno, f"row lacks {', '.join(missing)} (Hub schema expected)")
-            if info["type"] not in WEBWALKERQA_TYPES:
-                raise BenchmarkDataError(path, lineno, f"info.type {info['type']!r} not in {WEBWALKERQA_TYPES}")
-            if info["difficulty_level"] not in WEBWALKERQA_DIFFICULTIES:
-                raise BenchmarkDataError(path, lineno, f"info.difficulty_level {info['difficulty_level']!r} "
-                                                       f"not in {WEBWALKERQA_DIFFICULTIES}")
-            index = row.get("index", row_number)
-            if isinstance(index, bool) or not isinstance(index, int):
-                raise BenchmarkDataError(path, lineno, f"index must be an int, got {index!r}")
-            task_id = str(index)
-            if task_id in seen:
-                raise BenchmarkDataError(path, lineno, f"duplicate task id {task_id}")
-            seen.add(task_id)
-            meta = {"type": info["type"], "difficulty_level": info["difficulty_level"],
-                    "domain": info.get("domain"), "lang": info.get("lang"), "root_url": row["root_url"],
-                    "source_website": info.get("source_website"), "golden_path": info.get("golden_path")}
-            tasks.append(Task(task_id=task_id, question=row["question"], gold=row["answer"], metadata=meta))
+    for row_number, (lineno, row) in enumerate(read_jsonl(path, "a WebWalkerQA row")):
+        info = row.get("info")
+        missing = [k for k in ("question", "answer", "root_url") if not isinstance(row.get(k), str)]
+        if not isinstance(info, dict):
+            missing.append("info")
+        else:
+            missing += [f"info.{k}" for k in ("type", "difficulty_level") if not isinstance(info.get(k), str)]
+        if missing:
+            raise BenchmarkDataError(path, lineno, f"row lacks {', '.join(missing)} (Hub schema expected)")
+        if info["type"] not in WEBWALKERQA_TYPES:
+            raise BenchmarkDataError(path, lineno, f"info.type {info['type']!r} not in {WEBWALKERQA_TYPES}")
+        if info["difficulty_level"] not in WEBWALKERQA_DIFFICULTIES:
+            raise BenchmarkDataError(path, lineno, f"info.difficulty_level {info['difficulty_level']!r} "
+                                                   f"not in {WEBWALKERQA_DIFFICULTIES}")
+        index = row.get("index", row_number)
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise BenchmarkDataError(path, lineno, f"index must be an int, got {index!r}")
+        task_id = str(index)
+        if task_id in seen:
+            raise BenchmarkDataError(path, lineno, f"duplicate task id {task_id}")
+        seen.add(task_id)
+        meta = {"type": info["type"], "difficulty_level": info["difficulty_level"],
+                "domain": info.get("domain"), "lang": info.get("lang"), "root_url": row["root_url"],
+                "source_website": info.get("source_website"), "golden_path": info.get("golden_path")}
+        tasks.append(Task(task_id=task_id, question=row["question"], gold=row["answer"], metadata=meta))
     return tasks
 
 
@@ -104,10 +92,3 @@ class WebWalkerQA(Benchmark):
         path = self.path or self.data_dir / "webwalkerqa" / SPLIT_FILES[split]
         tasks = read_webwalkerqa(path)
         return tasks if limit is None else tasks[:limit]
-
-    def _score_text(self, task: Task, prediction: str) -> Verdict:
-        if answers_match(prediction, task.gold):
-            return Verdict(True, "exact", "match")
-        if self.judge.name == "exact":
-            return Verdict(False, "exact", "no_match")
-        return self.judge.judge(self._judge_request(task, prediction))

@@ -1,4 +1,4 @@
-"""xbench-DeepSearch (https://github.com/xbench-ai/xbench-evals, MIT): loader and scorer (DESIGN §7).
+"""xbench-DeepSearch (https://github.com/xbench-ai/xbench-evals, MIT): loader and scorer (docs/benchmarks.md).
 
 Data: the published, **encrypted** CSVs ``<data_dir>/xbench/DeepSearch-2505.csv`` (ids 1-100)
 and ``DeepSearch-2510.csv`` (ids 101-200); columns ``id, prompt, answer, reference_steps,
@@ -6,7 +6,7 @@ canary``. Decryption, as in xbench-evals' ``xbench_evals.py``: base64-decode eac
 ``answer`` and ``reference_steps``, XOR byte ``i`` with byte ``i mod len(key)`` of the row's own
 ``canary`` string (UTF-8), decode as UTF-8.
 
-Plain text rule (the xbench README asks that the decrypted text never be put online; DESIGN §7
+Plain text rule (the xbench README asks that the decrypted text never be put online; docs/benchmarks.md
 "decrypt in memory only, never write plain text to disk or logs"): the CSV is read as bytes and
 decrypted in memory; nothing here writes a file or logs a decrypted field; error messages name
 the file, line and row id but never show decrypted bytes; ``Task`` hides question/gold from its
@@ -35,9 +35,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from benchmarks.base import Benchmark, BenchmarkDataError, BenchmarkDataMissing, Task, Verdict
+from benchmarks.base import Benchmark, BenchmarkDataError, BenchmarkDataMissing, Task
 from benchmarks.registry import register_benchmark
-from benchmarks.scoring import answers_match
 
 VERSIONS = {"2505": "DeepSearch-2505.csv", "2510": "DeepSearch-2510.csv"}
 COLUMNS = ("id", "prompt", "answer", "reference_steps", "canary")
@@ -153,10 +152,3 @@ class XBenchDeepSearch(Benchmark):
     def reference_steps(self, task_id: str) -> str:
         """The decrypted reference steps of a loaded task (in memory only)."""
         return self._reference_steps[task_id]
-
-    def _score_text(self, task: Task, prediction: str) -> Verdict:
-        if answers_match(prediction, task.gold):
-            return Verdict(True, "exact", "match")
-        if self.judge.name == "exact":
-            return Verdict(False, "exact", "no_match")
-        return self.judge.judge(self._judge_request(task, prediction))

@@ -1,4 +1,4 @@
-"""Command line: ``python -m harness <command> ...`` (DESIGN §9, §10).
+"""Command line: ``python -m harness <command> ...`` (docs/architecture.md §Layout, README.md).
 
 Each command lives in its own module and exposes ``main(argv) -> int``; this file only
 dispatches, importing a command's module when it is used (so ``world serve`` never imports

@@ -1,8 +1,8 @@
-"""Generation backends: batched token-in/token-out sampling with logprobs (DESIGN §6, §2).
+"""Generation backends: batched token-in/token-out sampling with logprobs (docs/models.md, docs/architecture.md §The agent system).
 
 A :class:`GenerationBackend` takes a batch of prompts as token ids and returns, per prompt, the
 completion token ids, the per-token sampling logprobs and why it stopped. The rollout sends every
-pending turn of every active episode of a group to it as **one** batch (DESIGN §2, "batching is
+pending turn of every active episode of a group to it as **one** batch (docs/architecture.md §The agent system, "batching is
 the performance core").
 
 * :class:`HFBackend` runs a transformers causal LM in-process: its own sampling loop over a KV
@@ -229,7 +229,7 @@ class _ReuseCache(Cache):
 
 
 class HFBackend:
-    """In-process batched generation with a transformers causal LM (DESIGN §6 ``hf`` backend).
+    """In-process batched generation with a transformers causal LM (docs/models.md ``hf`` backend).
 
     ``model`` is any ``*ForCausalLM`` that accepts ``position_ids`` and ``past_key_values``;
     ``tokenizer`` provides ``pad_token_id`` (or ``eos_token_id``) for left padding.
@@ -537,7 +537,7 @@ class HFBackend:
 
 
 class VLLMBackend:
-    """HTTP client of a vLLM server launched with ``trl vllm-serve`` (DESIGN §6 ``vllm`` backend).
+    """HTTP client of a vLLM server launched with ``trl vllm-serve`` (docs/models.md ``vllm`` backend).
 
     ``base_url`` like ``http://10.0.0.5:8000``; ``model`` is the served model name (default: the
     first one ``/v1/models`` lists); ``timeout_s`` bounds each HTTP request; ``max_concurrency``

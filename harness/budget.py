@@ -14,7 +14,7 @@ preset's own scripted-expert demonstrations, which the warm-started policies imi
 * **Warm start** = SFT tokens (each batch padded to its longest transcript) x epochs x s/token + the
   check's episodes.
 * **One training run** = role start-up + planner steps x (rollout + optimizer steps) + evaluations.
-  A rollout is a sequence of *turn batches* (DESIGN §2: all pending turns of a group go to the
+  A rollout is a sequence of *turn batches* (docs/architecture.md §The agent system: all pending turns of a group go to the
   model together): the planner's turns, and for each planner turn that delegates, the sub-agent's
   turns of all delegated calls batched. Each turn batch costs one prefill of the new tokens plus
   ``tokens_per_turn`` decode steps (the longest turn of the batch sets the pace, hence a factor
@@ -29,6 +29,8 @@ The breakdown is printed, so a researcher can see which stage to cut.
 
 from __future__ import annotations
 
+import copy
+import random
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
@@ -37,7 +39,7 @@ from typing import Any
 #: Role start-up (world server, model loading, TRL set-up) per training run, seconds; measured
 #: 15-30 s on the 2-core CI machine.
 RUN_STARTUP_S = 25.0
-#: The report over an experiment's records (measured 4-15 s; DESIGN §8).
+#: The report over an experiment's records (measured 4-15 s; docs/report.md).
 REPORT_S = 20.0
 #: Longest turn of a batch / mean turn length (see the module docstring).
 LONGEST_TURN_FACTOR = 1.5
@@ -124,8 +126,6 @@ def _timed(fn: Any, repeats: int) -> float:
 def calibrate(model: Any, *, sft_batch: int, sft_len: int, decode_batch: int, prompt_len: int,
               repeats: int = 5) -> Calibration:
     """Time the three costs on ``model`` (a copy is trained for the SFT timing; ``model`` is untouched)."""
-    import copy
-
     import torch
 
     vocab = int(model.config.vocab_size)
@@ -173,8 +173,6 @@ def padded_tokens(lengths: list[int], batch_size: int, *, grouped: bool = False,
     start mixes short planner and long single-agent transcripts) make this up to ~2x the raw tokens.
     ``grouped``: transformers' LengthGroupedSampler (random mega-batches of up to 50 batches, sorted
     by length inside), which leaves little padding."""
-    import random
-
     if not lengths:
         return 0.0
     total = 0

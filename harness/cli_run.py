@@ -1,4 +1,4 @@
-"""``python -m harness run``: one episode, printed turn by turn, for a person to watch (DESIGN §2).
+"""``python -m harness run``: one episode, printed turn by turn, for a person to watch (docs/architecture.md §The agent system).
 
 The offline world is served on 127.0.0.1 (real HTTP), the agents use the real ``search`` and
 ``visit`` tools, and the planner's ``delegate`` calls run sub-agent episodes in process. The

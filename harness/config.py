@@ -1,10 +1,18 @@
-"""Typed configuration: dataclasses, YAML loading, early validation (DESIGN §9).
+"""Typed configuration: dataclasses, YAML loading, early validation (docs/architecture.md §Layout).
 
-Conventions (as in TRL's ``GRPOConfig`` / ``TrlParser``): every field carries its help text
-in ``field(metadata={"help": ...})``; a YAML file given with ``--config`` fills the
-dataclasses; ``key.sub=value`` overrides from the command line win over the file. Unknown
-keys, wrong types and inconsistent values fail at load time with a message that names the
-file, the key and what to change, never half-way through a run.
+One convention for every config class of the project (as in TRL's ``GRPOConfig`` / ``TrlParser``):
+a ``@dataclass`` with a type hint and a help text per field, ``field(metadata={"help": ...})``,
+written with :func:`help_field` (``mgrpo/``, which imports nothing from ``harness/``, writes the
+same ``field(metadata={"help": ...})`` as TRL); validation in ``validate()`` (or ``__post_init__``
+for classes built directly in code) with messages that say what to change. A YAML file given with
+``--config`` fills the dataclasses; ``key.sub=value`` overrides from the command line win over the
+file. Unknown keys, wrong types and inconsistent values fail at load time with a message that names
+the file, the key and what to change, never half-way through a run.
+
+Presets inherit (:func:`load_yaml`): a file may start with ``base: <path relative to it>`` and hold
+only its differences from that base; nested mappings merge key by key, lists and scalars replace,
+bases may chain. Every caller of :func:`load_yaml` (``load_config``, the launcher, the warm start)
+gets the resolved mapping, and what a run saves is the resolved dataclass (no ``base`` key).
 """
 
 from __future__ import annotations
@@ -140,11 +148,12 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping, with errors that name the file."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {p} does not exist")
+#: The top-level key of a preset that names the preset it inherits from (see :func:`load_yaml`).
+BASE_KEY = "base"
+
+
+def _read_mapping(p: Path) -> dict[str, Any]:
+    """One YAML file's top-level mapping, as written (no inheritance), with errors that name the file."""
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
@@ -154,6 +163,51 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of sections")
     return data
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``: mappings merge key by key (recursively), anything else (a list, a scalar,
+    ``null``) replaces the base's value. Neither argument is changed."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping, resolving preset inheritance, with errors that name the file.
+
+    A file may name another with a top-level ``base: <path>`` (relative to the file's own folder) and
+    then holds only its differences: the base is loaded first (it may name a base of its own) and the
+    file's keys are merged on top (:func:`merge`: nested mappings key by key, lists and scalars
+    replace). The result has no ``base`` key, so what a run saves (``to_dict`` of the dataclass) is the
+    fully resolved config. A missing base or a cycle is a :class:`ConfigError` naming the files."""
+    return _load_chain(Path(path), ())
+
+
+def _load_chain(p: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    key = p.resolve()
+    if key in [c.resolve() for c in chain]:
+        names = " -> ".join(str(c) for c in (*chain, p))
+        raise ConfigError(f"{chain[0]}: the base chain has a cycle: {names}; remove one of these base: keys")
+    data = _read_mapping(p)
+    if BASE_KEY not in data:
+        return data
+    data = dict(data)
+    base = data.pop(BASE_KEY)
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{p}: base: expected the path of one preset file, relative to {p.parent} "
+                          f"(e.g. base: _base.yaml), got {base!r}")
+    base_path = p.parent / base
+    if not base_path.is_file():
+        raise ConfigError(f"{p}: base {base!r} not found (looked for {base_path}; the path is relative to the "
+                          "folder of the file that names it)")
+    return merge(_load_chain(base_path, (*chain, p)), data)
 
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:

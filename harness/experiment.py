@@ -1,4 +1,4 @@
-"""``python -m harness experiment``: the whole comparison on one machine (DESIGN §10, `make demo`).
+"""``python -m harness experiment``: the whole comparison on one machine (README.md §Set-up, `make demo`).
 
     python -m harness experiment --preset tiny --seeds 2 [--quick] [--out DIR] [--report DIR]
 

@@ -1,4 +1,4 @@
-"""Models and tokenizers by name (DESIGN §6): ``tiny``, ``smollm2-135m``, any HF id or local path.
+"""Models and tokenizers by name (docs/models.md): ``tiny``, ``smollm2-135m``, any HF id or local path.
 
 ``load_model(spec) -> (model, tokenizer)`` resolves a :class:`ModelSpec` (or a bare name) through a
 small registry:
@@ -7,7 +7,7 @@ small registry:
   :class:`TinyModelConfig`, weights drawn from ``torch.manual_seed(seed)`` (inside a forked RNG, so
   the caller's RNG state is untouched), with a byte-level BPE tokenizer trained by
   :func:`build_tiny_tokenizer` on the given corpus (world pages + prompts). The tokenizer follows
-  the "tokenizer detail" of DESIGN §6 ("Making the tiny default learn"): pre-tokenisation isolates
+  the "tokenizer detail" of docs/architecture.md §Making the tiny default learn: pre-tokenisation isolates
   every letter run (a word), every single whitespace character, every single digit and every single
   punctuation character, and BPE merges only inside those pieces. So a name has the same tokens
   after a space, after a JSON quote or at the start of a text, and copying a name from an
@@ -46,13 +46,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from harness.agents.protocol import (
+from harness.protocol import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
     DELEGATE_TOOL,
@@ -63,7 +63,7 @@ from harness.agents.protocol import (
     format_answer,
     format_tool_call,
 )
-from harness.config import ConfigError
+from harness.config import ConfigError, help_field
 
 __all__ = [
     "ModelSpec",
@@ -156,29 +156,23 @@ class ModelNotFoundError(FileNotFoundError):
 
 @dataclass
 class TinyModelConfig:
-    """Shape of the ``tiny`` Qwen3 model and its tokenizer (DESIGN §6)."""
+    """Shape of the ``tiny`` Qwen3 model and its tokenizer (docs/models.md)."""
 
-    vocab_size: int = 1024
-    """Target BPE vocabulary size (bytes + merges + special/tag tokens); the trained vocabulary can
-    be smaller on a small corpus. The model's embedding matrix is sized to the actual vocabulary."""
-    hidden_size: int = 128
-    """Width of the residual stream (128-256 for the embedded default)."""
-    intermediate_size: int = 384
-    """Width of the SwiGLU MLP."""
-    num_hidden_layers: int = 4
-    """Transformer blocks."""
-    num_attention_heads: int = 4
-    """Query heads."""
-    num_key_value_heads: int = 2
-    """Key/value heads (grouped-query attention); must divide ``num_attention_heads``."""
-    head_dim: int = 32
-    """Per-head width (Qwen3 allows ``heads * head_dim != hidden_size``)."""
-    max_position_embeddings: int = 4096
-    """Longest sequence (prompt + all turns) the model and tokenizer accept."""
-    rope_theta: float = 10000.0
-    """RoPE base frequency."""
-    tie_word_embeddings: bool = True
-    """Share input embedding and output projection (most parameters of a tiny model are embeddings)."""
+    vocab_size: int = help_field(
+        1024, "Target BPE vocabulary size (bytes + merges + special/tag tokens); the trained vocabulary can be "
+        "smaller on a small corpus. The model's embedding matrix is sized to the actual vocabulary.")
+    hidden_size: int = help_field(128, "Width of the residual stream (128-256 for the embedded default).")
+    intermediate_size: int = help_field(384, "Width of the SwiGLU MLP.")
+    num_hidden_layers: int = help_field(4, "Transformer blocks.")
+    num_attention_heads: int = help_field(4, "Query heads.")
+    num_key_value_heads: int = help_field(
+        2, "Key/value heads (grouped-query attention); must divide ``num_attention_heads``.")
+    head_dim: int = help_field(32, "Per-head width (Qwen3 allows ``heads * head_dim != hidden_size``).")
+    max_position_embeddings: int = help_field(
+        4096, "Longest sequence (prompt + all turns) the model and tokenizer accept.")
+    rope_theta: float = help_field(10000.0, "RoPE base frequency.")
+    tie_word_embeddings: bool = help_field(
+        True, "Share input embedding and output projection (most parameters of a tiny model are embeddings).")
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field to change."""
@@ -200,22 +194,22 @@ class TinyModelConfig:
 
 @dataclass
 class ModelSpec:
-    """Which model to load and how (DESIGN §6)."""
+    """Which model to load and how (docs/models.md)."""
 
-    name: str = "tiny"
-    """A registry name (``tiny``, ``smollm2-135m``), a local model directory, or a Hugging Face id."""
-    seed: int = 0
-    """Seed of the tiny model's weight initialisation (same seed -> identical weights)."""
-    cache_dir: str = ".cache/models"
-    """Where built/converted models are saved and reloaded (``tiny-<hash>``, ``smollm2-135m-<hash>``)."""
-    dtype: str = "float32"
-    """Parameter dtype: ``float32``, ``bfloat16``, ``float16`` or ``auto`` (the checkpoint's own)."""
-    revision: str | None = None
-    """Hub revision (branch, tag or commit) for Hub ids; ignored otherwise."""
-    trust_remote_code: bool = False
-    """Allow a Hub model's own modelling code (security risk; off by default)."""
-    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
-    """Architecture and vocabulary of the ``tiny`` model (ignored for other names)."""
+    name: str = help_field(
+        "tiny", "A registry name (``tiny``, ``smollm2-135m``), a local model directory, or a Hugging Face id.")
+    seed: int = help_field(0, "Seed of the tiny model's weight initialisation (same seed -> identical weights).")
+    cache_dir: str = help_field(
+        ".cache/models", "Where built/converted models are saved and reloaded (``tiny-<hash>``, "
+        "``smollm2-135m-<hash>``).")
+    dtype: str = help_field(
+        "float32", "Parameter dtype: ``float32``, ``bfloat16``, ``float16`` or ``auto`` (the checkpoint's own).")
+    revision: str | None = help_field(None, "Hub revision (branch, tag or commit) for Hub ids; ignored otherwise.")
+    trust_remote_code: bool = help_field(
+        False, "Allow a Hub model's own modelling code (security risk; off by default).")
+    tiny: TinyModelConfig = help_field(
+        default_factory=TinyModelConfig, help="Architecture and vocabulary of the ``tiny`` model (ignored for other "
+        "names).")
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field to change."""

@@ -1,4 +1,4 @@
-"""Run records: the JSONL schemas, the run directory layout and safe readers/writers (DESIGN §8).
+"""Run records: the JSONL schemas, the run directory layout and safe readers/writers (docs/report.md).
 
 This module is the ONE place that defines what a run writes and what the report reads
 (arXiv 2511.13288 reports curves only, so records are the evidence). It is imported by anyone
@@ -14,11 +14,11 @@ Run directory layout (path helpers in :class:`RunPaths`)::
     runs/<run_id>/eval/<step>/<benchmark>.jsonl   one TaskRecord per evaluated task
     runs/<run_id>/store.db                        embedded store (sqlite backend)
 
-Roles are ``planner`` and ``sub`` (DESIGN §4); ``single_agent`` runs only write ``planner``.
+Roles are ``planner`` and ``sub`` (docs/training.md); ``single_agent`` runs only write ``planner``.
 ``<step>`` is the plain decimal optimizer step of the evaluated policy (``eval/25/``); readers
 also accept zero-padded names.
 
-Decisions where DESIGN §8 is silent (documented again in docs/report.md):
+Decisions where the paper is silent (documented again in docs/report.md):
 
 - **Run state convention.** ``status.json`` holds ``{"state": ..., "updated": <unix s>, ...}``
   written atomically. ``write_provenance`` marks a run ``running``; :func:`run_status` (a context
@@ -28,7 +28,7 @@ Decisions where DESIGN §8 is silent (documented again in docs/report.md):
   whose writer on this host is dead (killed without a word) as ``failed`` (``stale: true``).
 - **Sub-calls histogram source.** Step records of the planner role carry an optional
   ``sub_calls_hist``: ``hist[i]`` = number of the step's rollouts that made exactly ``i``
-  sub-agent calls (d_k in §3). The report pools these for the training histogram and its 0.99
+  sub-agent calls (d_k in docs/paper.md). The report pools these for the training histogram and its 0.99
   quantile (the paper's rule for choosing d); when a run has none it falls back to the eval
   task records' ``n_sub_calls``.
 - **Unknown keys** in a record are kept in ``extra`` (not refused), so a writer adding a
@@ -37,7 +37,18 @@ Decisions where DESIGN §8 is silent (documented again in docs/report.md):
   (``NaN``); records are meant for Python readers.
 - **Schema versions.** ``SCHEMA_VERSION`` is 1. Records without a ``schema`` key or with
   ``schema: 0`` are migrated on read (see :func:`migrate`); a version newer than this code is
-  refused with a message naming the file, the line and the version.
+  refused with a message naming the file, the line and the version. A version step is for a
+  change old records must be rewritten for (a rename, a new meaning); an *optional* field with a
+  ``None`` default is added without one: old records read with the default, and older code keeps the
+  new key in ``extra`` instead of refusing every new record (a bump would make it refuse them, and
+  the version is shared with step, provenance and status documents).
+- **Task transcripts** (issue 15): ``TaskRecord.transcript`` is such an optional field (schema 1):
+  the evaluated episode's turns in the format of :mod:`harness.transcript` (observations cut to a
+  stated size), or None. :func:`to_dict` writes it as the record's last member and leaves it out
+  when None; ``read_tasks(path, transcripts=False)`` (the report's tables) does not decode it: a
+  line that ends with a transcript member is cut before it (checked: the rest must parse as an
+  object and the member must end with the transcript's closing ``format`` key), any other line is
+  decoded whole and its transcript dropped.
 - **Crash tolerance.** A final line without a trailing newline that does not parse is the
   signature of a writer killed mid-line: readers skip it when ``tolerate_truncated_tail`` (the
   report does, and says so); any other broken line raises :class:`RecordError` naming file and
@@ -56,6 +67,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -95,7 +107,7 @@ class RecordError(ValueError):
 
 @dataclass
 class StepRecord:
-    """One optimizer step of one role (``<role>/metrics.jsonl``), DESIGN §8.
+    """One optimizer step of one role (``<role>/metrics.jsonl``), docs/report.md.
 
     Fields that do not apply to a role (``align_*`` for the planner, ``sub_calls_*`` for the
     sub-agent, ``kl`` without a KL term) are ``None``.
@@ -110,7 +122,7 @@ class StepRecord:
     time: float | None = None
     """Unix time (s) when the step finished."""
     reward_mean: float | None = None
-    """Mean reward over the step's trajectories of this role (R_M or R_S, §3)."""
+    """Mean reward over the step's trajectories of this role (R_M or R_S, docs/paper.md)."""
     reward_std: float | None = None
     reward_components: dict[str, float] = field(default_factory=dict)
     """Means of the reward's parts, e.g. ``{"format": .., "correct": .., "expert": ..}``."""
@@ -147,9 +159,9 @@ class StepRecord:
 
 @dataclass
 class TaskRecord:
-    """One evaluated task (``eval/<step>/<benchmark>.jsonl``), DESIGN §7, §8.
+    """One evaluated task (``eval/<step>/<benchmark>.jsonl``), docs/evaluation.md, docs/report.md.
 
-    A crash, timeout or unscorable verdict is ``correct = False`` with ``error`` set (§7).
+    A crash, timeout or unscorable verdict is ``correct = False`` with ``error`` set (docs/evaluation.md).
     """
 
     run_id: str
@@ -170,6 +182,11 @@ class TaskRecord:
     n_sub_calls: int | None = None
     n_tokens: int | None = None
     latency_s: float | None = None
+    transcript: dict[str, Any] | None = None
+    """The evaluated episode's turns (:mod:`harness.transcript` format), or None when not recorded.
+
+    Written as the record's last member (:func:`to_dict`) and left out when None; readers that do not
+    need it skip it cheaply (``read_tasks(..., transcripts=False)``)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     KIND: ClassVar[str] = "task"
@@ -288,11 +305,20 @@ def migrate(kind: str, record: dict[str, Any], where: str = "<record>") -> dict[
 # --------------------------------------------------------------------------------------------
 
 def to_dict(record: StepRecord | TaskRecord) -> dict[str, Any]:
-    """The JSON object of a record: ``extra`` keys are flattened back to the top level."""
+    """The JSON object of a record: ``extra`` keys are flattened back to the top level.
+
+    A task record's ``transcript`` comes last (after the ``extra`` keys), and is left out when None,
+    so that readers can skip it without decoding it (:func:`read_tasks`)."""
     d = dict(record.__dict__)
     extra = d.pop("extra") or {}
+    transcript = d.pop("transcript", None)
     for k, v in extra.items():
+        if k == "transcript":  # put in extra by hand: still the transcript, still last
+            transcript = v if transcript is None else transcript
+            continue
         d.setdefault(k, v)
+    if transcript is not None:
+        d["transcript"] = transcript
     return d
 
 
@@ -426,29 +452,86 @@ class ReadResult:
     """The last line was incomplete (writer killed mid-line) and was skipped."""
 
 
-def iter_jsonl(path: str | os.PathLike[str], *,
-               tolerate_truncated_tail: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for each non-blank line; broken lines raise RecordError."""
+_TRANSCRIPT_KEY = b'"transcript"'
+_TRANSCRIPT_END = re.compile(rb'"format"\s*:\s*"transcript/[0-9]+"\s*\}\s*\}\s*$')
+
+
+def _cut_transcript(raw: bytes) -> bytes:
+    """``raw`` (one line) without its last member when that is a transcript written by :func:`to_dict`."""
+    return _cut_span(raw, 0, len(raw))
+
+
+def _cut_span(data: bytes, start: int, end: int) -> bytes:
+    """The line ``data[start:end]``, cut before its last member when that is a transcript.
+
+    Cheap checks only, and no copy of the transcript: the line ends with the transcript's closing
+    ``"format": "transcript/N"}}`` and its last ``"transcript"`` key is preceded by ``,`` and followed by
+    ``:``. The caller decodes the cut line and falls back to the whole line when it does not parse (the
+    key was inside a nested object)."""
+    if not _TRANSCRIPT_END.search(data, max(start, end - 64), end):
+        return data[start:end]
+    k = data.rfind(_TRANSCRIPT_KEY, start, end)
+    if k < 0:
+        return data[start:end]
+    before = data[start:k].rstrip()
+    after = data[k + len(_TRANSCRIPT_KEY):min(end, k + len(_TRANSCRIPT_KEY) + 16)].lstrip()
+    if not before.endswith(b",") or not after.startswith(b":"):
+        return data[start:end]
+    return before[:-1] + b"}"
+
+
+def _lines(data: bytes, skip_transcripts: bool) -> list[tuple[int, bytes, int, int]]:
+    """``(line number, bytes to decode, start, end)`` of each non-blank line of ``data`` (start -1:
+    the bytes are the line).
+
+    With ``skip_transcripts`` a line is cut before a transcript written last, without copying the
+    transcript (a copy of every line was most of the cost of skipping them)."""
+    if not skip_transcripts:  # the lines themselves (start -1: nothing was cut)
+        return [(i + 1, raw, -1, -1) for i, raw in enumerate(data.split(b"\n")) if raw and not raw.isspace()]
+    out, pos, lineno, n = [], 0, 0, len(data)
+    while pos <= n:
+        end = data.find(b"\n", pos)
+        end = n if end < 0 else end
+        lineno += 1
+        if end > pos and not (data[pos] in b" \t\r\f\v" and data[pos:end].isspace()):
+            out.append((lineno, _cut_span(data, pos, end), pos, end))
+        pos = end + 1
+    return out
+
+
+def iter_jsonl(path: str | os.PathLike[str], *, tolerate_truncated_tail: bool = False,
+               skip_transcripts: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-blank line; broken lines raise RecordError.
+
+    ``skip_transcripts``: a line whose last member is a task transcript (as :func:`to_dict` writes
+    it) is decoded without that member, so reading the report's tables does not pay for transcripts;
+    other lines are decoded whole (the caller drops their transcript)."""
     p = Path(path)
     with open(p, "rb") as fh:
         data = fh.read()
-    lines = data.split(b"\n")
-    numbered = [(i + 1, raw) for i, raw in enumerate(lines) if raw.strip()]
+    rows = _lines(data, skip_transcripts)
     # Fast path: one decode of the whole file as a JSON array (json.loads per line is most of the
     # report's reading time); on any error, fall back to line by line to name the broken line.
     try:
-        objs = json.loads(b"[" + b",".join(raw for _, raw in numbered) + b"]")
-        if len(objs) == len(numbered) and all(type(o) is dict for o in objs):
-            for (lineno, _), obj in zip(numbered, objs):
+        objs = json.loads(b"[" + b",".join(text for _, text, _, _ in rows) + b"]")
+        if len(objs) == len(rows) and all(type(o) is dict for o in objs):
+            for (lineno, _, _, _), obj in zip(rows, objs):
                 yield lineno, obj
             return
     except (json.JSONDecodeError, UnicodeDecodeError):
         pass
     ends_with_newline = data.endswith(b"\n")
-    last = len(lines)
-    for lineno, raw in numbered:
+    last = data.count(b"\n") + 1
+    for lineno, text, start, end in rows:
+        raw = text if start < 0 else data[start:end]
         try:
-            obj = json.loads(raw)
+            if len(text) != len(raw):  # a transcript was cut off
+                try:
+                    obj = json.loads(text)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    obj = json.loads(raw)  # the cut was wrong (a nested key): decode it whole
+            else:
+                obj = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             if tolerate_truncated_tail and lineno == last and not ends_with_newline:
                 return
@@ -459,12 +542,16 @@ def iter_jsonl(path: str | os.PathLike[str], *,
         yield lineno, obj
 
 
-def _read(cls: type, path: str | os.PathLike[str], tolerate_truncated_tail: bool) -> ReadResult:
+def _read(cls: type, path: str | os.PathLike[str], tolerate_truncated_tail: bool,
+          skip_transcripts: bool = False) -> ReadResult:
     p = Path(path)
     res = ReadResult(records=[], path=p)
     n_lines = 0
-    for lineno, obj in iter_jsonl(p, tolerate_truncated_tail=tolerate_truncated_tail):
+    for lineno, obj in iter_jsonl(p, tolerate_truncated_tail=tolerate_truncated_tail,
+                                  skip_transcripts=skip_transcripts):
         n_lines = lineno
+        if skip_transcripts:
+            obj.pop("transcript", None)
         version = obj.get("schema", 0)
         if isinstance(version, int):
             res.schemas.add(version)
@@ -472,12 +559,16 @@ def _read(cls: type, path: str | os.PathLike[str], tolerate_truncated_tail: bool
                 res.migrated += 1
         res.records.append(from_dict(cls, obj, f"{p}:{lineno}"))
     if tolerate_truncated_tail:
-        # Detect whether iter_jsonl skipped an unparsable tail (for the report's notes).
+        # Detect whether iter_jsonl skipped an unparsable tail (for the report's notes); the whole
+        # file is read again only when it does not end with a newline.
         with open(p, "rb") as fh:
-            data = fh.read()
-        if data and not data.endswith(b"\n"):
-            tail_no = data.count(b"\n") + 1
-            res.truncated_tail = tail_no > n_lines
+            size = fh.seek(0, os.SEEK_END)
+            if size:
+                fh.seek(size - 1)
+                if fh.read(1) != b"\n":
+                    fh.seek(0)
+                    tail_no = fh.read().count(b"\n") + 1
+                    res.truncated_tail = tail_no > n_lines
     return res
 
 
@@ -486,9 +577,13 @@ def read_steps(path: str | os.PathLike[str], *, tolerate_truncated_tail: bool = 
     return _read(StepRecord, path, tolerate_truncated_tail)
 
 
-def read_tasks(path: str | os.PathLike[str], *, tolerate_truncated_tail: bool = False) -> ReadResult:
-    """Read an ``eval/<step>/<benchmark>.jsonl`` into :class:`TaskRecord` objects."""
-    return _read(TaskRecord, path, tolerate_truncated_tail)
+def read_tasks(path: str | os.PathLike[str], *, tolerate_truncated_tail: bool = False,
+               transcripts: bool = True) -> ReadResult:
+    """Read an ``eval/<step>/<benchmark>.jsonl`` into :class:`TaskRecord` objects.
+
+    ``transcripts=False``: every record's ``transcript`` is None, and a transcript written last (as
+    :func:`to_dict` does) is not even decoded (the report's tables read thousands of records)."""
+    return _read(TaskRecord, path, tolerate_truncated_tail, skip_transcripts=not transcripts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -497,7 +592,7 @@ def read_tasks(path: str | os.PathLike[str], *, tolerate_truncated_tail: bool = 
 
 @dataclass(frozen=True)
 class RunPaths:
-    """Paths inside one run directory ``runs/<run_id>/`` (DESIGN §8)."""
+    """Paths inside one run directory ``runs/<run_id>/`` (docs/report.md)."""
 
     root: Path
 

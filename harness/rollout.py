@@ -1,4 +1,4 @@
-"""Batched multi-agent rollouts: token-level trajectories of planner and sub-agent (DESIGN §2).
+"""Batched multi-agent rollouts: token-level trajectories of planner and sub-agent (docs/architecture.md §The agent system).
 
 A *group* is B queries x K rollouts. Every episode is a small state machine (generate a turn,
 parse it, run its tool, append the observation); the engine advances all active episodes of a
@@ -41,13 +41,13 @@ from typing import Any, Protocol
 
 from harness.agents.parsing import FinalAnswer, FormatError, ToolCall, parse_turn
 from harness.agents.prompts import EpisodeTokens, agent_prompt, initial_messages
-from harness.agents.protocol import Toolbox, render_error
+from harness.protocol import Toolbox, render_error
 from harness.config import ConfigError, help_field
 
 
 @dataclass
 class RolloutConfig:
-    """Limits and sampling of one group of episodes (DESIGN §2)."""
+    """Limits and sampling of one group of episodes (docs/architecture.md §The agent system)."""
 
     k: int = help_field(8, "rollouts per query (the GRPO group size K)")
     planner_turns: int = help_field(6, "assistant turns per planner / single-agent episode")
@@ -72,7 +72,7 @@ class RolloutConfig:
 
 @dataclass
 class Trajectory:
-    """One agent's episode at token level (DESIGN §2)."""
+    """One agent's episode at token level (docs/architecture.md §The agent system)."""
 
     agent: str
     query_id: str
@@ -86,7 +86,7 @@ class Trajectory:
     final: str | None = None
     """The answer (planner, single agent) or result (sub-agent); ``None`` when it never answered."""
     format_ok: bool = True
-    """False once any turn of this agent was a format error (then its reward is 0, DESIGN §3)."""
+    """False once any turn of this agent was a format error (then its reward is 0, docs/paper.md)."""
     n_turns: int = 0
     n_format_errors: int = 0
     truncated: bool = False

@@ -1,4 +1,4 @@
-"""The sub-agent as an HTTP service, and the planner's client of it (DESIGN §4).
+"""The sub-agent as an HTTP service, and the planner's client of it (docs/training.md).
 
 The sub-agent role runs :class:`SubAgentServer`: the planner role sends, per planner turn, all
 ``delegate`` calls of its active episodes in one ``POST /run`` request, the server runs them as

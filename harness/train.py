@@ -1,17 +1,20 @@
-"""``python -m harness train``: one trainer on one machine, its roles as separate processes (DESIGN §4, §8).
+"""``python -m harness train``: one trainer on one machine, its roles as separate processes (docs/training.md, docs/report.md).
 
     python -m harness train --trainer mgrpo --config baselines/configs/tiny/mgrpo.yaml \\
         [--seed S] [--max-steps N] [--run-dir DIR | --resume RUN_DIR] [key.path=value ...]
 
 1. Loads and validates the :class:`harness.train_config.TrainConfig` (``--trainer``, ``--seed``,
    ``--max-steps`` and ``key=value`` override the file) and checks ``models.planner`` / ``models.sub``
-   (:func:`harness.models.check_model_ref`): a bad value is a one-line error, exit status 2, before
+   (:func:`harness.models.check_model_ref`), and prepares the run's task set (:func:`prepare_tasks`,
+   :mod:`harness.role.tasks`: the world's tasks, selected and hard-filtered as the config says): a bad
+   value, or a selection that leaves too few training tasks, is a one-line error, exit status 2, before
    anything exists. Then creates ``runs/<run_id>/`` and writes ``config.yaml`` (the resolved config
-   the roles read) and ``provenance.json``.
+   the roles read), ``provenance.json`` and the task set (``tasks/``). ``--resume`` reuses the run's task
+   set and refuses (exit status 2) when the config or the world the code generates no longer matches it.
 2. Starts the world server (``python -m harness world serve``) and the roles the trainer needs
-   (:data:`baselines.TRAINERS`), each ``python -m harness.role --role ...`` with ``threads``
-   torch/OMP threads, logging to ``<run>/logs/<role>.log``. The roles talk over real HTTP and the
-   shared store (sqlite in the run directory unless ``store.url`` says otherwise).
+   (:data:`baselines.TRAINERS`), each ``python -m harness.role --role ... --tasks <run>/tasks`` with
+   ``threads`` torch/OMP threads, logging to ``<run>/logs/<role>.log``. The roles talk over real HTTP and
+   the shared store (sqlite in the run directory unless ``store.url`` says otherwise).
 3. Waits. When the planner finishes, the sub role drains the remaining groups and stops (bounded
    wait). When a role dies, the others are stopped after a bounded wait and the error names the role
    and its log file. Ctrl-C or SIGTERM stops everything; a child also gets SIGTERM when the launcher
@@ -27,6 +30,7 @@ run's own ``config.yaml`` (the store's consumer log makes sure no group is lost 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime as _dt
 import os
 import re
@@ -35,13 +39,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
+from tqdm import tqdm
 
 from harness.config import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
 from harness.records import read_steps, write_provenance, write_status
 from harness.train_config import TrainConfig
+
+if TYPE_CHECKING:
+    from harness.role.tasks import RunTasks
 
 #: Seconds the sub role may take to drain and stop after the planner finished.
 DRAIN_TIMEOUT_S = 300.0
@@ -91,8 +99,6 @@ class RoleProcess:
 
 def _die_with_parent() -> None:
     if sys.platform.startswith("linux"):
-        import ctypes
-
         pr_set_pdeathsig = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
@@ -197,13 +203,28 @@ def check_models(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> None:
     check_model_ref(cfg.models.planner, spec.planner_agent, key="models.planner")
     if not spec.has_sub:
         return
-    # A resumed training sub role loads its last checkpoint, not models.sub (harness.role.run_sub).
+    # A resumed training sub role loads its last checkpoint, not models.sub (harness.role.sub.run_sub).
     if resume and spec.sub_trains:
-        from harness.role import STORE_POSITION_FILE, last_checkpoint
+        from harness.role.checkpoints import STORE_POSITION_FILE, last_checkpoint
 
         if last_checkpoint(run_dir / "sub" / "checkpoints", required=(STORE_POSITION_FILE,)) is not None:
             return
     check_model_ref(cfg.models.sub, "sub_agent", key="models.sub")
+
+
+def prepare_tasks(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> tuple[RunTasks, bool]:
+    """The run's task set before anything starts (``harness.role.tasks.RunTasks``) and whether it was reused.
+
+    A new run generates it (written by :func:`launch` once the run directory exists); ``--resume`` reuses
+    ``<run>/tasks`` (:class:`harness.role.tasks.TaskSetError`, a :class:`ConfigError`, when it was prepared
+    for another world or task selection) or, for a run that has none yet, generates it."""
+    from harness.role.tasks import generate_run_tasks, reuse_run_tasks
+
+    if resume:
+        tasks = reuse_run_tasks(run_dir / "tasks", cfg)
+        if tasks is not None:
+            return tasks, True
+    return generate_run_tasks(cfg), False
 
 
 def role_totals(cfg: TrainConfig) -> dict[str, int]:
@@ -236,8 +257,6 @@ class RoleProgress:
         for role in self.totals:
             self._shown[role] = {(r.step, r.time) for r in self._read(role) or []}
         if self.bars:
-            from tqdm import tqdm
-
             width = max(len(r) for r in self.totals)
             for i, (role, total) in enumerate(self.totals.items()):
                 done = max((step for step, _ in self._shown[role]), default=0)
@@ -302,12 +321,16 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
-def launch(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> int:
+def launch(cfg: TrainConfig, run_dir: Path, *, resume: bool, tasks: tuple[RunTasks, bool] | None = None) -> int:
+    """Run the trainer's roles; ``tasks`` is :func:`prepare_tasks`'s answer (prepared here when None)."""
     from baselines import get_trainer
+    from harness.role.tasks import write_run_tasks
 
     spec = get_trainer(str(cfg.trainer))
+    run_tasks, reused = tasks if tasks is not None else prepare_tasks(cfg, run_dir, resume=resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "config.yaml"
+    task_dir = run_dir / "tasks"
     if not resume:
         config_path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         arm = f"{cfg.trainer}[alignment=none]" if spec.sub_trains and cfg.alignment.mode == "none" else cfg.trainer
@@ -315,6 +338,11 @@ def launch(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> int:
     else:
         write_status(run_dir, "running", resumed=True)
         reset_run_signals(cfg, run_dir)
+    if not reused:  # before any role starts: the roles read it, none generates tasks
+        write_run_tasks(task_dir, run_tasks)
+    how = "reused" if reused else f"prepared in {run_tasks.meta.get('prepare_s', 0.0):.1f}s"
+    print(f"[train] task set {task_dir}: {len(run_tasks.train)} training and {len(run_tasks.evals)} evaluation "
+          f"tasks ({how})", flush=True)
     env = role_env(cfg.threads)
     # Ctrl-C and SIGTERM (a scheduler) stop the roles cleanly; set explicitly because a launcher started
     # in the background inherits SIGINT as ignored.
@@ -329,7 +357,8 @@ def launch(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> int:
         roles: dict[str, RoleProcess] = {}
         for role in spec.roles:
             argv = [sys.executable, "-m", "harness.role", "--role", role, "--config", str(config_path),
-                    "--run-dir", str(run_dir), "--world-url", world_url] + (["--resume"] if resume else [])
+                    "--run-dir", str(run_dir), "--world-url", world_url, "--tasks", str(task_dir)] \
+                + (["--resume"] if resume else [])
             roles[role] = RoleProcess(role, argv, run_dir / "logs" / f"{role}.log", env)
             procs.append(roles[role])
             print(f"[train] started role {role} (pid {roles[role].proc.pid}, log {roles[role].log_path})", flush=True)
@@ -353,7 +382,7 @@ def launch(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> int:
 
 def reset_run_signals(cfg: TrainConfig, run_dir: Path) -> None:
     """Before a resume: forget the previous processes' "planner done" and service URL in the store."""
-    from harness.role import PLANNER_DONE, SUB_URL, store_url
+    from harness.role.common import PLANNER_DONE, SUB_URL, store_url
     from mgrpo.store import open_store
 
     store = open_store(store_url(cfg, run_dir), run_id=run_dir.name)
@@ -417,10 +446,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg, run_dir = build_config(args)
         check_models(cfg, run_dir, resume=bool(args.resume))  # before the run directory exists
+        tasks = prepare_tasks(cfg, run_dir, resume=bool(args.resume))  # so is a task selection left empty
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return launch(cfg, run_dir, resume=bool(args.resume))
+    return launch(cfg, run_dir, resume=bool(args.resume), tasks=tasks)
 
 
 if __name__ == "__main__":

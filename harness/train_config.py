@@ -1,7 +1,8 @@
-"""The typed run configuration of ``python -m harness train`` and ``python -m harness.role`` (DESIGN §3, §4, §9).
+"""The typed run configuration of ``python -m harness train`` and ``python -m harness.role`` (docs/paper.md, docs/training.md, docs/architecture.md §Layout).
 
-One YAML file (``baselines/configs/<preset>/<trainer>.yaml``) holds everything a run needs; both
-roles read the same resolved config (saved in ``provenance.json`` and ``config.yaml`` of the run
+One YAML preset (``baselines/configs/<preset>/<trainer>.yaml``, a family's ``_base.yaml`` plus the
+trainer's differences through ``base:``, see :func:`harness.config.load_yaml`) holds everything a run
+needs; both roles read the same resolved config (saved in ``provenance.json`` and ``config.yaml`` of the run
 directory), so the planner and the sub-agent role never disagree about K, d, seeds or the world.
 Sections: ``models``, ``world``, ``tasks``, ``rollout`` (:class:`harness.rollout.RolloutConfig`),
 ``tools`` (:class:`harness.tools.toolbox.ToolsConfig`), ``rewards``, ``alignment``, ``planner`` and
@@ -36,15 +37,16 @@ from typing import Any, Literal
 from harness.config import ConfigError, help_field, load_config
 from harness.rollout import RolloutConfig
 from harness.tools.toolbox import ToolsConfig
+from harness.world.schemas import BENCHMARKS as BENCHMARK_STYLES
+from mgrpo.options import LOSS_TYPES, RATIO_LEVELS, option_field
 
-BENCHMARK_STYLES = ("gaia", "webwalkerqa", "xbench")
-#: The per-group advantage rule of DESIGN §3 (``RoleTrainConfig.advantage_fn``).
+#: The per-group advantage rule of docs/paper.md (``RoleTrainConfig.advantage_fn``).
 DEFAULT_ADVANTAGE_FN = "mgrpo.advantage:group_advantages"
 
 
 @dataclass
 class ModelsConfig:
-    """Which model each role starts from (DESIGN §6)."""
+    """Which model each role starts from (docs/models.md)."""
 
     planner: str = help_field("tiny", "planner (or single agent) model: registry name (tiny, smollm2-135m), local "
                               "path, HF id, or a warm-start dir holding planner/ sub_agent/ single_agent/")
@@ -56,7 +58,7 @@ class ModelsConfig:
 
 @dataclass
 class WorldSection:
-    """The offline web world (DESIGN §5)."""
+    """The offline web world (docs/world.md)."""
 
     seed: int = help_field(0, "world seed")
     size: Literal["tiny", "small", "default"] = help_field("tiny", "world preset")
@@ -73,9 +75,9 @@ class WorldSection:
 
 @dataclass
 class TasksConfig:
-    """Which generated tasks the planner trains on (DESIGN §5)."""
+    """Which generated tasks the planner trains on (docs/world.md)."""
 
-    benchmarks: list[str] = help_field(list(BENCHMARK_STYLES), "task styles used: gaia, webwalkerqa, xbench")
+    benchmarks: list[str] = help_field(list(BENCHMARK_STYLES), f"task styles used: {', '.join(BENCHMARK_STYLES)}")
     split: Literal["train", "test"] = help_field("train", "split trained on (evaluation uses the other)")
     n_train: int = help_field(20, "train tasks generated per style")
     n_test: int = help_field(5, "test tasks generated per style")
@@ -108,7 +110,7 @@ class TasksConfig:
 
 @dataclass
 class RewardsConfig:
-    """Reward weights (DESIGN §3; paper defaults)."""
+    """Reward weights (docs/paper.md; paper defaults)."""
 
     planner_format: float = help_field(0.1, "R_M weight of r_format")
     planner_correct: float = help_field(0.9, "R_M weight of r_correct")
@@ -124,7 +126,7 @@ class RewardsConfig:
 
 @dataclass
 class AlignmentConfig:
-    """Sub-trajectory alignment (DESIGN §3) and the ``none`` ablation (§4, paper Fig. 8)."""
+    """Sub-trajectory alignment (docs/paper.md) and the ``none`` ablation (docs/paper.md §Trajectory alignment, paper Fig. 8)."""
 
     d: int = help_field(8, "aligned sub-trajectories per rollout; the sub-agent group is d*K")
     mode: Literal["query", "none"] = help_field(
@@ -138,7 +140,23 @@ class AlignmentConfig:
 
 @dataclass
 class RoleTrainConfig:
-    """Trainer hyper-parameters of one role (-> ``MGRPOConfig``; DESIGN §3)."""
+    """Trainer hyper-parameters of one role (-> ``MGRPOConfig``; docs/paper.md).
+
+    ``harness.role.mgrpo_args`` builds the role's :class:`mgrpo.trainer.MGRPOConfig` from this section.
+    Forwarded to TRL under the same name: ``gradient_accumulation_steps``, ``learning_rate``,
+    ``lr_scheduler_type``, ``warmup_steps``, ``weight_decay``, ``max_grad_norm``, ``loss_type``,
+    ``ratio_level``, ``epsilon``, ``epsilon_high``, ``beta``, ``bf16``, ``gradient_checkpointing`` and
+    ``save_steps`` (0 -> the role's max steps); ``vllm_url`` becomes ``use_vllm``/``vllm_mode="server"``/
+    ``vllm_server_base_url``; ``trl`` is passed as extra keyword arguments, last. The harness's own:
+    ``max_steps`` and ``groups_per_step`` (from which the role derives TRL's ``max_steps``,
+    ``num_generations`` and ``per_device_train_batch_size``), ``num_processes`` (checked against
+    ``WORLD_SIZE``) and ``advantage_fn`` (given to the trainer). Defaults that differ from TRL's are the
+    harness's choice: ``lr_scheduler_type="constant"``, ``save_steps=0``.
+
+    ``ratio_level``, ``loss_type``, ``epsilon_high``, ``bf16`` and ``gradient_checkpointing`` are also
+    declared by ``MGRPOConfig``: both classes take default, help text and choices from
+    :data:`mgrpo.options.OPTIONS` (one declaration, free of torch and TRL, so loading a config stays light).
+    """
 
     max_steps: int | None = help_field(None, "optimizer steps (planner: required; sub: null = planner's)")
     groups_per_step: int | None = help_field(
@@ -151,19 +169,19 @@ class RoleTrainConfig:
     max_grad_norm: float = help_field(1.0, "gradient clipping norm")
     gradient_accumulation_steps: int = help_field(1, "micro-batches per optimizer step")
     num_processes: int = help_field(1, "data-parallel processes of this role (accelerate); checked at start")
-    loss_type: str = help_field("mgrpo", "'mgrpo' (DESIGN §3 clipped surrogate) or one of TRL's loss types")
-    ratio_level: Literal["sequence", "token"] = help_field("sequence", "importance ratio of loss_type=mgrpo")
+    loss_type: str = option_field("loss_type")
+    ratio_level: Literal["sequence", "token"] = option_field("ratio_level")
     epsilon: float = help_field(0.2, "lower clip: ratio >= 1 - epsilon")
-    epsilon_high: float = help_field(0.28, "upper clip: ratio <= 1 + epsilon_high")
+    epsilon_high: float = option_field("epsilon_high")
     beta: float = help_field(0.0, "KL coefficient (0 = no KL, the paper's setting)")
     save_steps: int = help_field(0, "save a checkpoint every N steps (0 = only at the end)")
-    bf16: bool | None = help_field(None, "bf16 mixed precision (null: on with CUDA, off on CPU)")
-    gradient_checkpointing: bool | None = help_field(None, "recompute activations (null: on with CUDA)")
+    bf16: bool | None = option_field("bf16")
+    gradient_checkpointing: bool | None = option_field("gradient_checkpointing")
     vllm_url: str | None = help_field(None, "generate with a `trl vllm-serve` server at this URL (TRL syncs "
                                       "the weights into it); null = in-process hf backend")
     advantage_fn: str = help_field(
         DEFAULT_ADVANTAGE_FN, "import path module:function of the per-group advantage rule (rewards of one group "
-        "-> advantages); the default is M-GRPO's DESIGN §3; others are for ablations and tests")
+        "-> advantages); the default is M-GRPO's docs/paper.md; others are for ablations and tests")
     trl: dict[str, Any] = help_field({}, "extra MGRPOConfig/GRPOConfig keyword arguments (checked by TRL)")
 
     def validate(self) -> None:
@@ -178,8 +196,6 @@ class RoleTrainConfig:
             raise ConfigError(f"learning_rate={self.learning_rate} must be > 0")
         if self.save_steps < 0:
             raise ConfigError("save_steps must be >= 0")
-        from mgrpo.loss import RATIO_LEVELS
-
         if self.ratio_level not in RATIO_LEVELS:
             raise ConfigError(f"ratio_level={self.ratio_level!r}: choose one of {RATIO_LEVELS}")
         if self.loss_type not in LOSS_TYPES:
@@ -245,14 +261,9 @@ def report_targets(value: str | list[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-# Kept in sync with mgrpo.trainer.LOSS_TYPES (checked in tests) so that loading a config does not
-# import torch/TRL.
-LOSS_TYPES = ("mgrpo", "grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
-
-
 @dataclass
 class StoreSection:
-    """The shared store between roles (DESIGN §4)."""
+    """The shared store between roles (docs/training.md)."""
 
     url: str | None = help_field(None, "sqlite:///path or redis://host:port/db; null = sqlite in the run dir")
     group_timeout_s: float = help_field(600.0, "how long the sub role waits for the next complete query group")
@@ -266,7 +277,7 @@ class StoreSection:
 
 @dataclass
 class ServiceConfig:
-    """The sub-agent HTTP service (DESIGN §4)."""
+    """The sub-agent HTTP service (docs/training.md)."""
 
     host: str = help_field("127.0.0.1", "address the sub role binds (0.0.0.0 on a cluster)")
     port: int = help_field(0, "port of the sub role's service (0 = a free port, published in the store)")
@@ -277,7 +288,7 @@ class ServiceConfig:
 
 @dataclass
 class EvalConfig:
-    """Periodic evaluation by the planner role (DESIGN §7, §8: ``eval/<step>/<benchmark>.jsonl``)."""
+    """Periodic evaluation by the planner role (docs/evaluation.md, docs/report.md: ``eval/<step>/<benchmark>.jsonl``)."""
 
     every: int = help_field(0, "evaluate every N planner steps and at the end (0 = never)")
     n_tasks: int = help_field(5, "test tasks per benchmark style")

@@ -1,4 +1,4 @@
-"""Warm start: SFT of the agents on scripted-expert transcripts with TRL's ``SFTTrainer`` (DESIGN §5, §6).
+"""Warm start: SFT of the agents on scripted-expert transcripts with TRL's ``SFTTrainer`` (docs/world.md, docs/models.md).
 
 ``python -m harness warmstart --model tiny --out DIR [--config YAML] [key=value ...]``
 
@@ -40,6 +40,7 @@ from typing import Any
 from tqdm import tqdm
 
 from harness.config import ConfigError, help_field, load_config, to_dict
+from harness.world.schemas import BENCHMARKS
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class WarmstartConfig:
     n_train_tasks: int = help_field(120, "train tasks per benchmark style (demonstrations)")
     n_test_tasks: int = help_field(20, "held-out test tasks per benchmark style (the check)")
     test_fraction: float = help_field(0.25, "share of the world's entities that are test answer entities")
-    benchmarks: list[str] = help_field(["gaia", "webwalkerqa", "xbench"], "task styles demonstrated and checked")
+    benchmarks: list[str] = help_field(list(BENCHMARKS), "task styles demonstrated and checked")
     max_hops: int | None = help_field(None, "keep tasks with at most this many gold subtasks (null = all)")
     templates: list[str] | None = help_field(None, "keep tasks whose gold template matches one of these glob "
                                              "patterns, e.g. gaia.person.* (null = all)")
@@ -103,9 +104,9 @@ class WarmstartConfig:
             raise ConfigError(f"noise={self.noise} must be in [0, 1]")
         if self.batch_size < 1 or self.n_train_tasks < 1:
             raise ConfigError("batch_size and n_train_tasks must be >= 1")
-        bad = sorted(set(self.benchmarks) - {"gaia", "webwalkerqa", "xbench"})
+        bad = sorted(set(self.benchmarks) - set(BENCHMARKS))
         if bad or not self.benchmarks:
-            raise ConfigError(f"benchmarks={self.benchmarks}: choose one or more of gaia, webwalkerqa, xbench")
+            raise ConfigError(f"benchmarks={self.benchmarks}: choose one or more of {', '.join(BENCHMARKS)}")
         if self.search_top_k < 1:
             raise ConfigError(f"search_top_k={self.search_top_k} must be >= 1")
         if self.demo_worlds < 0 or self.tokenizer_worlds < 0 or (self.n_demos is not None and self.n_demos < 1):

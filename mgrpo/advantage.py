@@ -1,4 +1,4 @@
-"""Group-relative advantages for M-GRPO (DESIGN §3 "Advantages"; arXiv 2511.13288, Sec. 3).
+"""Group-relative advantages for M-GRPO (docs/paper.md §Advantages; arXiv 2511.13288, Sec. 3).
 
 ``A_i = (R_i - mean(R)) / std(R)`` over one group, with the *population* standard deviation
 (ddof = 0), as in the paper:
@@ -9,7 +9,7 @@
 A group whose rewards are all equal gets advantage 0 for every member, never NaN.
 
 Deliberate choices and deviations:
-- TRL normalises with Bessel's correction (ddof = 1) and ``std + 1e-4``; we do neither (DESIGN §3).
+- TRL normalises with Bessel's correction (ddof = 1) and ``std + 1e-4``; we do neither (docs/paper.md).
   A group is treated as all-equal when ``std <= ZERO_STD_TOL * max(1, |mean R|)``, which absorbs
   floating-point round-off (e.g. the same reward computed along two paths) without affecting real
   reward differences; such a group gets exact zeros.
@@ -95,7 +95,7 @@ def _standardise_rescaled(values: list[float]) -> list[float] | None:
 def has_zero_std(rewards: Sequence[float]) -> bool:
     """True when the group's advantages are all zero (all-equal rewards, one member, or empty).
 
-    For the ``frac_zero_std_groups`` metric (DESIGN §8).
+    For the ``frac_zero_std_groups`` metric (docs/report.md).
     """
     return _standardise(_as_floats(rewards)) is None
 

@@ -1,4 +1,4 @@
-"""Trajectory alignment of sub-agent calls to a fixed target d (M-GRPO, DESIGN §3 and §4).
+"""Trajectory alignment of sub-agent calls to a fixed target d (M-GRPO, docs/paper.md, docs/training.md).
 
 Per query q the planner ran K rollouts; rollout k made ``d_k`` sub-agent calls (its
 sub-trajectories, named by ``(rollout, call)`` with ``call`` in ``0..d_k-1``). M-GRPO
@@ -8,16 +8,16 @@ rollout, so every query yields a fixed-size group of ``d * K`` sub-agent traject
 - ``d_k > d``: keep ``d`` of the rollout's calls, chosen uniformly at random without replacement;
 - ``0 < d_k <= d``: keep all ``d_k`` calls and add ``d - d_k`` duplicates drawn uniformly at random
   (with replacement) from the rollout's own calls;
-- ``d_k = 0`` (not specified by the paper; DESIGN §3's documented rule): fill the ``d`` slots with
+- ``d_k = 0`` (not specified by the paper; our documented rule, docs/paper.md): fill the ``d`` slots with
   duplicates drawn uniformly (with replacement) from the sub-trajectories of the *other* rollouts
   of the same query;
 - no rollout of the query called the sub-agent: K empty lists (the query yields no sub-agent
   group; the caller counts it in its metrics).
 
 Also here: ``query_seed`` (stable per-query seed), ``alignment_stats`` (the ``align_duplicated``
-/ ``align_dropped`` metrics of DESIGN §8), ``sub_calls_quantile`` (the paper chooses d so that
+/ ``align_dropped`` metrics of docs/report.md), ``sub_calls_quantile`` (the paper chooses d so that
 P(d_k <= d) ~= 0.99) and ``FifoChunker`` / ``fifo_chunks`` for the ``alignment: none`` ablation
-(DESIGN §4, paper Fig. 8). Everything is pure: no I/O, no global RNG.
+(docs/paper.md §Trajectory alignment, paper Fig. 8). Everything is pure: no I/O, no global RNG.
 
 Deliberate choices and deviations:
 - Randomness comes from a ``random.Random(seed)`` private to the call, and only its ``random()``
@@ -34,7 +34,7 @@ Deliberate choices and deviations:
 - For ``d_k = 0`` the donor pool is *all* sub-trajectories of the other rollouts (each equally
   likely), including calls that their own rollout dropped because it exceeded d: the rule asks for
   "the sub-trajectories of the other rollouts", not for their aligned slots.
-- ``d_k == d`` falls under the middle rule with zero duplicates (DESIGN writes ``0 < d_k < d``; the
+- ``d_k == d`` falls under the middle rule with zero duplicates (docs/paper.md writes ``0 < d_k <= d``; the
   issue writes ``<=``; both give the same result).
 """
 
@@ -167,7 +167,7 @@ def _own_pairs(rollout: int, n: int) -> tuple[Pair, ...]:
 
 
 def alignment_stats(sub_counts: Sequence[int], d: int) -> dict[str, int]:
-    """Counts for the alignment metrics of one query (DESIGN §8), independent of the seed.
+    """Counts for the alignment metrics of one query (docs/report.md), independent of the seed.
 
     Returns a dict with
         ``align_duplicated``: slots filled with a duplicate (``d - d_k`` for ``0 < d_k < d``;
@@ -217,7 +217,7 @@ def sub_calls_quantile(counts: Iterable[int], q: float = 0.99) -> int:
 class FifoChunker(Generic[T]):
     """First-in first-out grouping into fixed-size chunks, regardless of query.
 
-    The ``alignment: none`` ablation (DESIGN §4, paper Fig. 8): the sub-agent trainer forms its
+    The ``alignment: none`` ablation (docs/paper.md §Trajectory alignment, paper Fig. 8): the sub-agent trainer forms its
     "groups" from sub-trajectories in arrival order. Items that do not fill a chunk yet stay
     pending until later pushes complete it.
     """

@@ -1,4 +1,4 @@
-"""The M-GRPO clipped surrogate loss as a pure torch function (DESIGN §3 "Objective").
+"""The M-GRPO clipped surrogate loss as a pure torch function (docs/paper.md §Objective).
 
 Per agent, maximised separately (no gradient between agents, no KL term by default):
 
@@ -16,10 +16,10 @@ objective averages per trajectory). The loss is ``-J``.
   over the trajectory's model tokens, then over trajectories (1/N).
 
 Tensors: ``logprobs``, ``old_logprobs``, ``mask`` of shape (B, T) (mask 1 = model token, 0 =
-observation or padding, DESIGN §2 ``env_mask``); ``advantages`` of shape (B,). Gradients flow to
+observation or padding, docs/architecture.md §The agent system ``env_mask``); ``advantages`` of shape (B,). Gradients flow to
 ``logprobs`` only (``old_logprobs`` and ``advantages`` are detached).
 
-Deliberate choices (the paper/DESIGN are silent):
+Deliberate choices (the paper is silent):
 - A trajectory with no model tokens contributes 0 to the objective but still counts in the 1/N
   denominator (the paper averages over the fixed K or d·K). It is left out of ``clip_fraction``
   and ``ratio_mean`` (it has no ratio).
@@ -42,9 +42,9 @@ from typing import Literal
 
 import torch
 
-__all__ = ["RATIO_LEVELS", "LossOutput", "clipped_surrogate_loss"]
+from mgrpo.options import RATIO_LEVELS  # one definition, shared with the configs (pure, no torch)
 
-RATIO_LEVELS = ("sequence", "token")
+__all__ = ["RATIO_LEVELS", "LossOutput", "clipped_surrogate_loss"]
 
 
 @dataclass(frozen=True)

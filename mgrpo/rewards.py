@@ -1,6 +1,6 @@
 """M-GRPO reward rules for the planner (main agent) and the sub-agent.
 
-Implements DESIGN §3 "Rewards" (arXiv 2511.13288, Sec. 3, reward design):
+Implements docs/paper.md §Rewards (arXiv 2511.13288, Sec. 3, reward design):
 
 - planner:   ``R_M(k)   = w_format * r_format + w_correct * r_correct(k)``
 - sub-agent: ``R_S(k,i) = w_format * r_format + w_main * r_correct(k) + w_expert * r_expert(k,i)``
@@ -13,7 +13,7 @@ Both rewards are 0 when the agent's own output format was invalid anywhere in it
 These are small pure functions: no config objects, no I/O. The trainers pass the configured
 weights in.
 
-Deliberate choices where the paper/DESIGN are silent:
+Deliberate choices where the paper is silent:
 - ``r_format`` is binary: 1 when ``format_ok`` is true (the reward is 0 otherwise anyway).
 - ``correct``/``main_correct``/``expert`` may be partial credit in [0, 1] (bool is accepted as
   0/1); anything outside [0, 1], NaN or non-numeric raises ``ValueError`` naming the argument.
@@ -67,7 +67,7 @@ def main_reward(
     w_format: float = 0.1,
     w_correct: float = 0.9,
 ) -> float:
-    """Planner reward ``R_M = w_format * r_format + w_correct * r_correct`` (DESIGN §3).
+    """Planner reward ``R_M = w_format * r_format + w_correct * r_correct`` (docs/paper.md).
 
     Args:
         format_ok: the planner's output format was valid in every turn of the rollout.

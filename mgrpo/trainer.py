@@ -1,4 +1,4 @@
-"""M-GRPO on TRL: ``MGRPOConfig`` and ``MGRPOTrainer`` (DESIGN §3 "Mapping onto TRL", §4).
+"""M-GRPO on TRL: ``MGRPOConfig`` and ``MGRPOTrainer`` (docs/trainer.md, docs/training.md).
 
 Each agent role (planner, sub-agent) trains with its own :class:`MGRPOTrainer`, a subclass of
 TRL's ``GRPOTrainer`` (``trl==1.16.x``) driven by the caller's ``rollout_func``, so TRL keeps doing
@@ -22,19 +22,19 @@ checkpoints) and only the M-GRPO parts are replaced (arXiv 2511.13288, Sec. 3):
   TRL does), the advantages and ``completion_mask * tool_mask`` (the rollout's ``env_mask``: 1 =
   model token, 0 = observation). Per-trajectory averaging ``1/B`` over the whole generation batch:
   each micro-batch averages over its trajectories and is divided by the gradient-accumulation
-  steps, like TRL's ``"grpo"`` loss. TRL's own loss types run TRL's code unchanged (with the §3
+  steps, like TRL's ``"grpo"`` loss. TRL's own loss types run TRL's code unchanged (with the docs/paper.md
   advantages).
 - **Records.** ``on_batch(BatchRecord)`` receives each scored batch (rewards, reward components,
   advantages, the rollout's extra columns such as ``query_id``/``rollout``/``call``, and the
   tensors trained on), so a caller can check and store what the trainer used. Metrics
-  ``advantage_abs_mean``, ``frac_zero_std_groups`` (DESIGN §8) are logged every step; with
+  ``advantage_abs_mean``, ``frac_zero_std_groups`` (docs/report.md) are logged every step; with
   ``loss_type="mgrpo"`` also ``policy_loss``, ``clip_ratio/{low,high,region}_mean`` (TRL's names),
   ``ratio_mean``, ``entropy`` and ``kl`` (when ``beta != 0``).
 
 Deliberate deviations and decisions:
 - ``MGRPOConfig`` defaults differ from ``GRPOConfig``: ``loss_type="mgrpo"``,
   ``epsilon_high=0.28``, ``logging_steps=1``, and on a machine without CUDA ``use_cpu=True``,
-  ``bf16=False``, ``gradient_checkpointing=False``. ``beta=0`` (TRL's default; no KL, DESIGN §3).
+  ``bf16=False``, ``gradient_checkpointing=False``. ``beta=0`` (TRL's default; no KL, docs/paper.md).
 - Unknown ``loss_type`` values are rejected at config time (TRL only fails in the first loss).
 - ``scale_rewards`` must stay ``"group"`` and ``multi_objective_aggregation``
   ``"sum_then_normalize"``: M-GRPO fixes the advantage rule; pass ``advantage_fn`` for another.
@@ -42,11 +42,11 @@ Deliberate deviations and decisions:
   advantage 0): an M-GRPO reward is always defined (a format error scores 0), so a missing one is an
   upstream bug. Rewards of a row where only some functions returned ``None`` are summed over the
   others, as in TRL (``nansum``).
-- ``loss_type="mgrpo"`` does not support TRL's loss add-ons that have no slot in the §3 objective
+- ``loss_type="mgrpo"`` does not support TRL's loss add-ons that have no slot in the objective of docs/paper.md
   (``top_entropy_quantile < 1``, ``off_policy_mask_threshold``, ``delta``, the entropy bonus, and
   vLLM's importance-sampling correction); the config rejects them with a message. With
   ``beta != 0`` it adds TRL's k3 KL estimate as ``beta`` times the mean over trajectories of the
-  per-trajectory masked mean (GRPO-style), which DESIGN leaves open.
+  per-trajectory masked mean (GRPO-style), which the paper leaves open.
 - The old log-probabilities are TRL's, not the rollout's sampling ``logprobs``: with
   ``num_iterations == 1`` and generation aligned with optimizer steps the ratio is exactly 1 (the
   on-policy M-GRPO update), as in TRL. Set ``temperature`` to the rollout's sampling temperature:
@@ -67,6 +67,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from mgrpo.advantage import group_advantages, has_zero_std
 from mgrpo.loss import RATIO_LEVELS, clipped_surrogate_loss
+from mgrpo.options import LOSS_TYPES, TRL_LOSS_TYPES, option_field
 
 __all__ = [
     "TRL_LOSS_TYPES",
@@ -77,11 +78,6 @@ __all__ = [
     "rollout_reward",
 ]
 
-#: The loss types TRL 1.16's ``GRPOTrainer._compute_loss`` implements (run unchanged).
-TRL_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
-#: Everything ``MGRPOConfig.loss_type`` accepts.
-LOSS_TYPES = ("mgrpo", *TRL_LOSS_TYPES)
-
 
 def _cuda() -> bool:
     return torch.cuda.is_available()
@@ -89,7 +85,7 @@ def _cuda() -> bool:
 
 @dataclass
 class MGRPOConfig(GRPOConfig):
-    r"""Configuration of :class:`MGRPOTrainer`: ``GRPOConfig`` plus the M-GRPO options (DESIGN §3).
+    r"""Configuration of :class:`MGRPOTrainer`: ``GRPOConfig`` plus the M-GRPO options (docs/paper.md).
 
     ``num_generations`` is the M-GRPO **group size**: ``K`` (rollouts per query) for the planner
     role, ``d * K`` (aligned sub-trajectories per query) for the sub-agent role; the rollout
@@ -103,58 +99,28 @@ class MGRPOConfig(GRPOConfig):
 
     Defaults changed from ``GRPOConfig``: `loss_type="mgrpo"`, `epsilon_high=0.28`,
     `logging_steps=1`; without CUDA `use_cpu=True`, `bf16=False`, `gradient_checkpointing=False`.
+
+    Convention: TRL's (a type hint and ``field(metadata={"help": ...})`` per field). ``ratio_level``,
+    ``loss_type``, ``epsilon_high``, ``bf16`` and ``gradient_checkpointing`` are also fields of the
+    harness's per-role config; both classes take them from :mod:`mgrpo.options` (one declaration).
     """
 
-    ratio_level: str = field(
-        default="sequence",
-        metadata={
-            "help": "Importance ratio used by loss_type='mgrpo': 'sequence' (GSPO-style, length-normalised "
-            "exp(mean log-ratio over model tokens), clipped once per trajectory; the paper's sequence-level "
-            "ratio; default) or 'token' (per-token ratio and clip, averaged over the trajectory's model tokens).",
-            "choices": list(RATIO_LEVELS),
-        },
-    )
-    loss_type: str = field(
-        default="mgrpo",
-        metadata={
-            "help": "Loss formulation. 'mgrpo' (default): the M-GRPO clipped surrogate of DESIGN §3 "
-            "(mgrpo.loss.clipped_surrogate_loss, ratio per `ratio_level`, clip range [1-epsilon, 1+epsilon_high], "
-            "averaged 1/B over trajectories). Any of TRL's own loss types ('grpo', 'dr_grpo', 'dapo', 'bnpo', "
-            "'cispo', 'sapo', 'luspo', 'vespo') runs TRL's loss unchanged, with the M-GRPO advantages.",
-            "choices": list(LOSS_TYPES),
-        },
-    )
-    epsilon_high: float | None = field(
-        default=0.28,
-        metadata={
-            "help": "Upper clip bound: the ratio is clipped to [1 - epsilon, 1 + epsilon_high]. M-GRPO default 0.28 "
-            "(DAPO's clip-higher); None means epsilon."
-        },
-    )
+    # Declared once in mgrpo.options (default, help, choices), shared with the harness's role config.
+    ratio_level: str = option_field("ratio_level")
+    loss_type: str = option_field("loss_type")
+    epsilon_high: float | None = option_field("epsilon_high")
     logging_steps: float = field(
         default=1,
-        metadata={"help": "Log every X optimizer steps (M-GRPO default 1: one metrics record per step, DESIGN §8)."},
+        metadata={"help": "Log every X optimizer steps (M-GRPO default 1: one metrics record per step, docs/report.md)."},
     )
-    # The three fields below default to None = "decide from the machine" (resolved in __post_init__),
-    # not to a default_factory: HfArgumentParser ignores default factories of bool fields.
+    # use_cpu, bf16 and gradient_checkpointing default to None = "decide from the machine" (resolved in
+    # __post_init__), not to a default_factory: HfArgumentParser ignores default factories of bool fields.
     use_cpu: bool | None = field(
         default=None,
         metadata={"help": "Train on the CPU. None (default): True when CUDA is not available, else False."},
     )
-    bf16: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Use bf16 mixed precision. None (default): False without CUDA (CPU autocast is slow and lossy "
-            "for tiny models); with CUDA, True unless fp16 is set (TRL's rule)."
-        },
-    )
-    gradient_checkpointing: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Trade compute for memory by recomputing activations. None (default): True with CUDA (TRL's "
-            "default), False without (CPU models are small; checkpointing only costs time)."
-        },
-    )
+    bf16: bool | None = option_field("bf16")
+    gradient_checkpointing: bool | None = option_field("gradient_checkpointing")
 
     @property
     def group_size(self) -> int:
@@ -177,12 +143,12 @@ class MGRPOConfig(GRPOConfig):
         if self.loss_type not in LOSS_TYPES:
             raise ValueError(
                 f"MGRPOConfig.loss_type={self.loss_type!r} is not one of {LOSS_TYPES}: 'mgrpo' is the M-GRPO "
-                "objective (DESIGN §3); the others are TRL's own loss types"
+                "objective (docs/paper.md); the others are TRL's own loss types"
             )
         if self.scale_rewards not in (True, "group"):  # GRPOConfig maps True to "group" later
             raise ValueError(
                 f"MGRPOConfig.scale_rewards={self.scale_rewards!r}: M-GRPO always normalises within each group with "
-                "the population std (DESIGN §3); leave scale_rewards='group', or pass advantage_fn= to MGRPOTrainer "
+                "the population std (docs/paper.md); leave scale_rewards='group', or pass advantage_fn= to MGRPOTrainer "
                 "for another rule"
             )
         if self.multi_objective_aggregation != "sum_then_normalize":
@@ -204,7 +170,7 @@ class MGRPOConfig(GRPOConfig):
                 unsupported.append("vllm_importance_sampling_correction=True with use_vllm (set it to False)")
             if unsupported:
                 raise ValueError(
-                    "loss_type='mgrpo' (the DESIGN §3 clipped surrogate) does not support: "
+                    "loss_type='mgrpo' (the clipped surrogate of docs/paper.md) does not support: "
                     + "; ".join(unsupported)
                     + ". Use one of TRL's loss types for these options."
                 )
@@ -302,7 +268,7 @@ class MGRPOTrainer(GRPOTrainer):
             times side by side and returns one completion per prompt received, groups consecutive.
             A rollout that puts the model in eval mode must put it back in train mode.
         advantage_fn: rewards of one group -> advantages of that group; default
-            :func:`mgrpo.advantage.group_advantages` (DESIGN §3).
+            :func:`mgrpo.advantage.group_advantages` (docs/paper.md).
         on_batch: called with a :class:`BatchRecord` after each batch is scored (on every process).
         **kwargs: passed to ``GRPOTrainer`` (``train_dataset``, ``processing_class``, ``callbacks``, ...).
     """
@@ -344,7 +310,7 @@ class MGRPOTrainer(GRPOTrainer):
         self._gathered_rewards_per_func: torch.Tensor | None = None
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, rollout_func=rollout_func, **kwargs)
 
-    # ------------------------------------------------------------------ advantages (§3)
+    # ------------------------------------------------------------------ advantages (docs/paper.md)
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: D401 - TRL hook
         # TRL returns the rewards gathered over all processes; keep them so that the advantages are
         # computed from exactly the rewards TRL logged (same functions, same weights).
@@ -438,7 +404,7 @@ class MGRPOTrainer(GRPOTrainer):
             )
         return output
 
-    # ------------------------------------------------------------------ loss (§3)
+    # ------------------------------------------------------------------ loss (docs/paper.md)
     def _compute_loss(self, model, inputs):
         if self.loss_type != "mgrpo":
             return super()._compute_loss(model, inputs)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the tests and the demo need (DESIGN §10): Chromium for
+# Installs the Debian packages the tests and the demo need (README.md §Set-up): Chromium for
 # Playwright (launched with executable_path=/usr/bin/chromium; `playwright install` cannot
 # download browsers offline) and redis-server (tests start their own on a free port).
 set -euo pipefail

@@ -1,11 +1,11 @@
-"""Parse one assistant turn into a tool call, a final answer or a format error (DESIGN §2).
+"""Parse one assistant turn into a tool call, a final answer or a format error (docs/architecture.md §The agent system).
 
 One turn is one assistant message holding **either** exactly one
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` **or** exactly one
-``<answer>...</answer>`` (the message format of :mod:`harness.agents.protocol`). Free text
+``<answer>...</answer>`` (the message format of :mod:`harness.protocol`). Free text
 before the opening tag (a "thought") is allowed and ignored. Everything else is a
 :class:`FormatError` with a human-readable ``reason``, which the rollout shows the model as an
-error observation and which sets ``r_format = 0`` (DESIGN §3).
+error observation and which sets ``r_format = 0`` (docs/paper.md).
 
 Rules (decisions the design leaves open are marked *decision*):
 
@@ -18,7 +18,7 @@ Rules (decisions the design leaves open are marked *decision*):
   ``allowed_tools``) and ``arguments`` (an object); duplicated keys anywhere are an error
   (``json`` would silently keep the last one);
 * *decision*: every argument value is a string, the required arguments of
-  :data:`harness.agents.protocol.TOOL_ARGUMENTS` are present and non-blank, unknown ones are an
+  :data:`harness.protocol.TOOL_ARGUMENTS` are present and non-blank, unknown ones are an
   error; optional ones may be empty;
 * the answer body must be non-blank; *decision*: :class:`FinalAnswer` keeps the text exactly as
   written (no strip), so that ``parse_turn(format_answer(t)) == FinalAnswer(t)``; scorers
@@ -31,7 +31,7 @@ The parser never raises for any input text; it raises ``ValueError`` only for a 
 (an allowed tool that has no argument schema).
 
 Deliberate deviation from Qwen's own parser: Qwen accepts several ``<tool_call>`` blocks in one
-message (parallel calls); DESIGN §2 allows exactly one action per turn, so two are an error.
+message (parallel calls); docs/architecture.md §The agent system allows exactly one action per turn, so two are an error.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.agents.protocol import (
+from harness.protocol import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
     TOOL_ARGUMENTS,
@@ -182,7 +182,7 @@ def parse_turn(
 
     ``allowed_tools`` are the tool names this agent may call (e.g. ``{"delegate"}`` for the
     planner); ``tool_arguments`` maps each name to ``(required, optional)`` argument names
-    (default: :data:`~harness.agents.protocol.TOOL_ARGUMENTS`). Returns exactly one of
+    (default: :data:`~harness.protocol.TOOL_ARGUMENTS`). Returns exactly one of
     :class:`ToolCall`, :class:`FinalAnswer`, :class:`FormatError`; never raises for any ``text``.
     """
     missing_schema = [t for t in allowed_tools if t not in tool_arguments]

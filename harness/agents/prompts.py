@@ -1,13 +1,13 @@
-"""System prompts, chat rendering and the token ids of an episode's pieces (DESIGN §2).
+"""System prompts, chat rendering and the token ids of an episode's pieces (docs/architecture.md §The agent system).
 
-Three agents (DESIGN §2): the *planner* (tool ``delegate``), the *sub-agent* (``search``, ``visit``)
+Three agents (docs/architecture.md §The agent system): the *planner* (tool ``delegate``), the *sub-agent* (``search``, ``visit``)
 and the *single agent* (the planner's job with ``search``/``visit`` instead of ``delegate``). Each
-has a system prompt here and its tool schemas from :mod:`harness.agents.protocol`, which are
+has a system prompt here and its tool schemas from :mod:`harness.protocol`, which are
 passed to the tokenizer's chat template as ``tools=`` so that they appear in the system turn the
 way the model's own template lists tools (Qwen-style templates: a ``<tools>`` block).
 
 :class:`EpisodeTokens` gives the token ids a rollout concatenates into one token-level trajectory
-(DESIGN §2: ``prompt_ids``, ``completion_ids`` = assistant turns and the observations between
+(docs/architecture.md §The agent system: ``prompt_ids``, ``completion_ids`` = assistant turns and the observations between
 them, ``env_mask`` = 1 on model tokens, 0 on observation tokens):
 
 * ``prompt_ids(messages)``: system + user turn + the opening of the first assistant turn;
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from harness.agents.protocol import PLANNER_TOOLS, SINGLE_AGENT_TOOLS, SUB_AGENT_TOOLS
+from harness.protocol import PLANNER_TOOLS, SINGLE_AGENT_TOOLS, SUB_AGENT_TOOLS
 
 __all__ = [
     "AgentRole",

@@ -1,4 +1,4 @@
-"""Comparison reports with stability curves: ``python -m harness.report`` (DESIGN §8).
+"""Comparison reports with stability curves: ``python -m harness.report`` (docs/report.md).
 
 Turns run records (never stdout) into ``report.md``, a self-contained ``report.html`` (figures
 embedded as base64 PNG), the PNG figures under ``figures/`` and a machine-readable
@@ -8,25 +8,27 @@ embedded as base64 PNG), the PNG figures under ``figures/`` and a machine-readab
                              [--collapse-margin 0.1] [--bootstrap 2000] [--seed 0]
 
 Contents: the paper's claims (Fig. 6, 7, 8) with verdicts, final accuracy per benchmark × trainer
-(mean ± std over seeds, seeded bootstrap 95% interval, tasks, seeds), stability curves (eval
-accuracy and training reward vs step, raw and EMA, ±std bands), sample efficiency, per-agent
-diagnostics with the sub-calls histogram and its 0.99 quantile, collapse detection and the
-provenance of every run. The rules are in :mod:`~harness.report.stats`,
+(mean ± std over seeds, seeded bootstrap 95% interval, tasks, seeds; each row links to its
+``examples-<benchmark>.html`` page: first failures and successes with their transcripts),
+stability curves (eval accuracy and training reward vs step, raw and EMA, ±std bands), sample
+efficiency, per-agent diagnostics with the sub-calls histogram and its 0.99 quantile, collapse
+detection and the provenance of every run. The rules are in :mod:`~harness.report.stats`,
 :mod:`~harness.report.analysis` and docs/report.md.
 
 Package layout (one job per module): ``dataset`` (records -> tables), ``stats`` (numerical rules),
-``analysis`` (report tables), ``figures`` (matplotlib), ``document`` (sections), ``render``
-(Markdown/HTML). Reads records only: no torch, no trainer imports (DESIGN §9).
+``analysis`` (report tables), ``figures`` (matplotlib), ``examples`` (example tasks and their
+transcripts), ``document`` (sections), ``render`` (Markdown/HTML). Reads records only: no torch,
+no trainer imports (docs/architecture.md §Layers and dependency direction).
 
 Exit status: 0 written; 1 nothing to report or unreadable records (the message names the folder,
 file and line); 2 bad command line.
 
 Console summary (issue 14): the report's title, the folders that were skipped and why, the caveats
-of the report (quick runs, fewer than 3 seeds, runs whose sub-agent did not train) and each verdict
+of the report (short runs, fewer than 3 seeds, runs whose sub-agent did not train) and each verdict
 with the caveats that concern it, so the console never states a verdict without the report's
 qualifications.
 
-Deviations from DESIGN §8: the default ``--out`` is ``reports/latest`` (§8 shows
+Decisions (docs/report.md): the default ``--out`` is ``reports/latest`` (not
 ``reports/<name>``); a ``report.json`` with the same tables is written too.
 """
 
@@ -34,12 +36,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness import records as rec
 from harness.report import analysis as _analysis
+from harness.report import examples as _examples
 from harness.report import figures as _figures
 from harness.report.analysis import Analysis
 from harness.report.document import Options, build_document
@@ -66,6 +69,8 @@ class ReportResult:
     figure_paths: list[Path]
     analysis: Analysis
     dataset: Dataset
+    example_pages: list[Path] = field(default_factory=list)
+    """``examples-<benchmark>.html`` pages, one per benchmark with eval records."""
 
 
 def build_report(opt: Options) -> ReportResult:
@@ -84,7 +89,8 @@ def build_report(opt: Options) -> ReportResult:
     an = _analysis.analyse(ds, smooth=opt.smooth, collapse_margin=opt.collapse_margin,
                            seed=opt.seed, n_boot=opt.n_boot)
     figs = _figures.all_figures(ds, an, opt.smooth)
-    doc = build_document(ds, an, figs, opt)
+    examples = _examples.collect(ds)
+    doc = build_document(ds, an, figs, opt, examples)
 
     out = Path(opt.out_dir)
     fig_dir = out / FIGURES_DIR
@@ -94,11 +100,16 @@ def build_report(opt: Options) -> ReportResult:
         p = fig_dir / f.filename
         write_text_atomic(p, f.png)
         fig_paths.append(p)
+    pages = []  # before the report, so that its links are never dangling
+    for ex in examples:
+        pages.append(out / ex.filename)
+        write_text_atomic(pages[-1], to_html(_examples.build_page(ex, opt.title)))
     md, page, js = out / "report.md", out / "report.html", out / "report.json"
     write_text_atomic(md, to_markdown(doc, FIGURES_DIR))
     write_text_atomic(page, to_html(doc))
-    write_text_atomic(js, pretty_json(_summary(ds, an, figs, opt)) + "\n")
-    return ReportResult(out, md, page, js, figs, fig_paths, an, ds)
+    write_text_atomic(js, pretty_json({**_summary(ds, an, figs, opt),
+                                       "examples": _examples.summary(examples)}) + "\n")
+    return ReportResult(out, md, page, js, figs, fig_paths, an, ds, pages)
 
 
 def _summary(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Options) -> dict[str, Any]:
@@ -133,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m harness.report",
         description="Comparison report (Markdown + self-contained HTML + PNG figures) from run "
-                    "records (DESIGN §8).")
+                    "records (docs/report.md).")
     p.add_argument("--runs", type=Path, default=DEFAULT_RUNS,
                    help="folder of run folders runs/<run_id>/ (or one run folder); default runs/")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
@@ -176,6 +187,7 @@ def console_summary(res: ReportResult, title: str) -> str:
     ds, an = res.dataset, res.analysis
     lines = [f"report {title!r} of {len(ds.runs)} runs ({', '.join(ds.arms())}) written to {res.out_dir}:",
              f"  {res.markdown}", f"  {res.html}", f"  {res.json}"]
+    lines += [f"  {p}" for p in res.example_pages]
     lines += [f"  skipped {name}/: {why}" for name, why in ds.skipped]
     lines += [f"  caveat: {c.text}" for c in an.caveats]
     for c in an.claims:

@@ -1,4 +1,4 @@
-"""``python -m harness.report``: see :mod:`harness.report` (DESIGN §8)."""
+"""``python -m harness.report``: see :mod:`harness.report` (docs/report.md)."""
 
 from harness.report import main
 

@@ -1,8 +1,8 @@
-"""The report's tables, computed from a loaded :class:`~harness.report.dataset.Dataset` (DESIGN §8):
+"""The report's tables, computed from a loaded :class:`~harness.report.dataset.Dataset` (docs/report.md):
 final accuracy per benchmark × arm, across-seed curves, the paper's claims with verdicts, collapse
 detection and per-agent diagnostics. Numerical rules live in :mod:`harness.report.stats`.
 
-Decisions where §8 is silent (also in docs/report.md):
+Decisions where the paper is silent (also in docs/report.md):
 
 - **Final accuracy** of a run on a benchmark is its accuracy at its own last eval step of that
   benchmark. The table averages over the arm's runs that did not fail; failed runs are counted in
@@ -153,7 +153,7 @@ class Caveat:
     key: str
     """``quick``, ``few_seeds`` or ``sub_untrained``."""
     label: str
-    """Short form for a verdict line, e.g. ``quick runs``."""
+    """Short form for a verdict line, e.g. ``short runs``."""
     text: str
     """The full sentence (report and console)."""
     arms: list[str]
@@ -193,7 +193,7 @@ def analyse(ds: Dataset, *, smooth: float, collapse_margin: float, seed: int = 0
 
 
 def caveats(ds: Dataset) -> list[Caveat]:
-    """What qualifies the verdicts: quick runs, too few seeds, runs whose sub-agent did not train."""
+    """What qualifies the verdicts: short runs, too few seeds, runs whose sub-agent did not train."""
     out: list[Caveat] = []
     ok = [r for r in ds.runs if not r.failed]
     quick: dict[str, list[int]] = {}
@@ -205,8 +205,8 @@ def caveats(ds: Dataset) -> list[Caveat]:
         n = sum(len(v) for v in quick.values())
         per = ", ".join(f"{a}: {len(v)} run(s) of at most {max(v)} steps" for a, v in
                         ((a, quick[a]) for a in sort_arms(list(quick))))
-        out.append(Caveat("quick", "quick runs",
-                          f"quick runs: {n} run(s) trained fewer than {QUICK_STEPS} planner steps ({per}); "
+        out.append(Caveat("quick", "short runs",
+                          f"short runs: {n} run(s) trained fewer than {QUICK_STEPS} planner steps ({per}); "
                           f"such runs check the pipeline and claim no learning", sort_arms(list(quick))))
     seeds: dict[str, int] = {}
     for r in ok:

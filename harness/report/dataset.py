@@ -1,10 +1,10 @@
-"""Load a runs folder into tables for the report (DESIGN §8), using :mod:`harness.records` only.
+"""Load a runs folder into tables for the report (docs/report.md), using :mod:`harness.records` only.
 
-What a run becomes (decisions where §8 is silent, also in docs/report.md):
+What a run becomes (decisions where the paper is silent, also in docs/report.md):
 
 - **Arm** (the comparison label): ``provenance["arm"]`` if set; otherwise the trainer, suffixed
   ``[alignment=none]`` when the resolved config has a key ``alignment`` equal to ``"none"``
-  anywhere (the Fig. 8 ablation, §4).
+  anywhere (the Fig. 8 ablation, docs/paper.md §Trajectory alignment).
 - **Trainer / seed**: from provenance (``trainer``, a single entry of ``seeds``), else from the
   records. A run without provenance is kept and flagged.
 - **State**: ``status.json``'s state (``completed``/``failed``/``running``), else ``unknown``. A
@@ -12,7 +12,8 @@ What a run becomes (decisions where §8 is silent, also in docs/report.md):
   shown everywhere (provenance, curves up to where they stop, collapse checks) but left out of
   final-accuracy statistics, where the table counts them separately.
 - **Eval records**: per ``(run, step, benchmark)`` a task id counts once (the last record wins,
-  so a re-evaluation appended to the same file replaces the earlier verdict).
+  so a re-evaluation appended to the same file replaces the earlier verdict). Their transcripts are
+  not read here (``read_tasks(transcripts=False)``); :mod:`harness.report.examples` reads those it shows.
 - A truncated final line (writer killed mid-line) is skipped with a note; any other broken
   line, or a schema newer than the code, stops the report with the file and line.
 - **Skipped folders**: a sub-folder of the runs folder that is not a run (no provenance.json,
@@ -147,7 +148,7 @@ def load(runs_dir: str | Path) -> Dataset:
         listed = "".join(f"\n  skipped {name}/: {why}" for name, why in skipped)
         raise ReportInputError(
             f"no runs found in {root}: expected folders <run_id>/ holding provenance.json, "
-            f"<role>/metrics.jsonl or eval/<step>/<benchmark>.jsonl (DESIGN §8){listed}")
+            f"<role>/metrics.jsonl or eval/<step>/<benchmark>.jsonl (docs/report.md){listed}")
 
     runs: list[RunInfo] = []
     step_cols: dict[str, list[Any]] = {k: [] for k in ("run_id", "role", "seed", "step", "time",
@@ -266,7 +267,9 @@ def _load_run(rp: rec.RunPaths, step_cols: dict[str, list[Any]],
     eval_steps: set[int] = set()
     benchmarks: set[str] = set()
     for step, bench, path in rp.eval_files():
-        res = rec.read_tasks(path, tolerate_truncated_tail=True)
+        # Without transcripts: the tables need none, and decoding them would dominate the reading
+        # time (harness.report.examples reads the few it shows).
+        res = rec.read_tasks(path, tolerate_truncated_tail=True, transcripts=False)
         _note_read(info, res, str(path.relative_to(rp.root)))
         for r in res.records:
             if r.step != step or r.benchmark != bench:

@@ -1,7 +1,8 @@
-"""Assemble the report's document (sections, tables, figures) from the analysis (DESIGN §8).
+"""Assemble the report's document (sections, tables, figures) from the analysis (docs/report.md).
 
 Section order: claims first (what a reader wants) with their caveats and whether each mgrpo
-run's sub-agent trained, then the accuracy table, stability curves, sample efficiency, per-agent
+run's sub-agent trained, then the accuracy table (each row links to its examples page,
+:mod:`harness.report.examples`), stability curves, sample efficiency, per-agent
 diagnostics, collapse detection, runs and provenance (with the folders that were skipped), and the
 rules used. Numbers are fractions (accuracy in [0, 1]) with three decimals.
 """
@@ -16,7 +17,9 @@ from pathlib import Path
 from harness.report.analysis import Analysis, Claim, Comparison
 from harness.report.figures import FigureInfo
 from harness.report.dataset import SUB_MIN_FRACTION, SUB_TRAINERS, Dataset, RunInfo
-from harness.report.render import Bullets, Details, Document, Fig, Heading, Para, Table, pretty_json
+from harness.report.examples import EXAMPLES_PER_KIND, ExamplesPage
+from harness.report.examples import href as examples_href
+from harness.report.render import Bullets, Details, Document, Fig, Heading, Link, Para, Table, pretty_json
 
 
 @dataclass
@@ -64,8 +67,12 @@ def _claim_summary(cl: Claim) -> str:
     return " | ".join(_comparison_numbers(c) for c in pooled) or "no data"
 
 
-def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Options) -> Document:
+def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Options,
+                   examples: list[ExamplesPage] | None = None) -> Document:
+    """The report's sections; ``examples``: the examples pages written next to the report (rows of
+    the accuracy table link to theirs)."""
     doc = Document(opt.title)
+    linked = {(p.benchmark, arm) for p in examples or [] for arm in p.arms}
     fig = {f.name: f for f in figs}
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     arms = ds.arms()
@@ -122,18 +129,22 @@ def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Optio
     if an.accuracy:
         doc.add(Table(
             ["benchmark", "trainer", "accuracy (mean ± std)", "95% bootstrap CI", "tasks",
-             "seeds", "final step", "failed runs (excluded)"],
+             "seeds", "final step", "failed runs (excluded)", "examples"],
             [[c.benchmark, c.arm,
               f"{f3(c.mean)} ± {f3(c.std)}" if c.n_seeds else "n/a",
               f"[{f3(c.ci_low)}, {f3(c.ci_high)}]" if c.n_seeds else "n/a",
               _range(*c.n_tasks) if c.n_seeds else "0",
               f"{c.n_seeds} ({', '.join(str(s) for s in c.seeds)})" if c.n_seeds else "0",
-              _range(*c.final_steps) if c.n_seeds else "n/a", str(c.n_failed)]
+              _range(*c.final_steps) if c.n_seeds else "n/a", str(c.n_failed),
+              Link("failures and successes", examples_href(c.benchmark, c.arm))
+              if (c.benchmark, c.arm) in linked else "none"]
              for c in an.accuracy]))
         doc.add(Para("Accuracy of a run = fraction of tasks correct at its last evaluated step "
-                     "(crashes, timeouts and unscorable answers count as incorrect, §7); mean and "
+                     "(crashes, timeouts and unscorable answers count as incorrect, docs/evaluation.md); mean and "
                      "sample std (ddof = 1) over seeds; the CI is a seeded two-level bootstrap "
-                     "(seeds, then tasks)."))
+                     "(seeds, then tasks). Examples: a page per benchmark (examples-<benchmark>.html "
+                     f"next to report.html) with, per run of the row, the first {EXAMPLES_PER_KIND} "
+                     "failures and successes at that same last evaluated step, with their transcripts."))
     else:
         doc.add(Para("No eval records (eval/<step>/<benchmark>.jsonl) in any run: no accuracy "
                      "table. Evaluate with pytest benchmarks/ --trainer=<name>."))
@@ -208,7 +219,7 @@ def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Optio
         "States: completed / failed / running from status.json, unknown when it is missing; "
         "'short' marks a run that stops before the other runs of its arm.",
         "Curves include failed runs up to where they stopped; bands need at least two seeds.",
-        "The offline tiny-world results say nothing about the paper's scale (see DESIGN §6).",
+        "The offline tiny-world results say nothing about the paper's scale (see docs/architecture.md §Making the tiny default learn).",
     ]))
     return doc
 

@@ -1,4 +1,4 @@
-"""Figures of the comparison report (DESIGN §8; curves as in arXiv 2511.13288 Fig. 6-8).
+"""Figures of the comparison report (docs/report.md; curves as in arXiv 2511.13288 Fig. 6-8).
 
 Uses matplotlib's object API (``Figure`` + Agg canvas, no pyplot state), so it is safe to call
 repeatedly in one process. Every figure is returned with :class:`FigureInfo` metadata read back
@@ -339,7 +339,7 @@ def sub_calls_hist(an: Analysis, arms: list[str]) -> FigureInfo:
     return _finish(fig, "sub_calls_hist", "Sub-agent calls per rollout (d_k)",
                    "Distribution of the number of sub-agent calls per planner rollout, per trainer; "
                    "dashed lines mark the 0.99 quantile, the paper's rule for the alignment target "
-                   "d (§3). Source: training step records (sub_calls_hist), else eval task records.")
+                   "d (docs/paper.md). Source: training step records (sub_calls_hist), else eval task records.")
 
 
 def all_figures(ds: Dataset, an: Analysis, alpha: float) -> list[FigureInfo]:

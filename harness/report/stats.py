@@ -1,4 +1,4 @@
-"""Numerical rules of the comparison report (DESIGN §8): smoothing, across-seed curves, the seeded
+"""Numerical rules of the comparison report (docs/report.md): smoothing, across-seed curves, the seeded
 bootstrap, the verdict rule for the paper's claims and the collapse rule.
 
 Pure functions on numpy arrays (no I/O, no plotting, no torch), so each rule is testable alone.
@@ -10,7 +10,7 @@ The rules (also in docs/report.md):
   smoothed over the same span of training (a plain per-point EMA with ALPHA = 0.05 would drag a
   21-point accuracy curve towards its first value). ``ALPHA = 1`` is no smoothing.
 - **Across seeds**: mean and *sample* standard deviation (ddof = 1) of the seeds present at a step;
-  a step seen by one seed has no band. (§3's population std is for advantages, not for reporting.)
+  a step seen by one seed has no band. (the population std of docs/paper.md is for advantages, not for reporting.)
 - **Bootstrap** (two-level, seeded): resample the seeds with replacement and, inside each drawn
   seed, its tasks with replacement; the statistic is the mean over drawn seeds of per-seed
   accuracy. The 95% interval is the 2.5/97.5 percentile of the draws. With scalar per-seed values

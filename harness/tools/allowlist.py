@@ -1,4 +1,4 @@
-"""Which URLs the ``visit`` tool may open (DESIGN §5, "Tool backends").
+"""Which URLs the ``visit`` tool may open (docs/tools.md).
 
 By default only the offline world's own host (``host:port`` of its base URL) is allowed;
 ``file:``, ``chrome:``, ``data:``, ``javascript:``, ``about:`` and every other non-HTTP(S)
@@ -11,7 +11,7 @@ URL always yields the same error observation, for example::
 Real web (GPU users, online) opts in with ``allow_all_hosts=True``: any ``http``/``https`` host
 is allowed, still never another scheme.
 
-Deliberate additions beyond DESIGN §5:
+Deliberate additions:
 
 * with ``allow_all_hosts`` the loopback, private, link-local (cloud metadata) and other
   non-global IP *literals* are refused by default (``block_private_networks``), so an agent on

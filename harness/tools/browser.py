@@ -1,4 +1,4 @@
-"""Playwright browser pool: the Chromium ``visit`` backend (DESIGN §5 "Tool backends").
+"""Playwright browser pool: the Chromium ``visit`` backend (docs/tools.md).
 
 :class:`BrowserPool` launches **one** Chromium (Debian's ``/usr/bin/chromium``; ``playwright
 install`` cannot download browsers here) and serves ``fetch(url, timeout) -> FetchResult`` to
@@ -57,9 +57,10 @@ import concurrent.futures
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from harness.config import help_field
 from harness.tools.allowlist import Allowlist
 from harness.tools.visit import (
     FetchResult,
@@ -131,31 +132,25 @@ _REFRESH_SETTLE_MS = 1000
 class BrowserConfig:
     """How the pool launches Chromium and loads pages."""
 
-    executable_path: str = DEFAULT_CHROMIUM
-    """Chromium binary (Debian package ``chromium``)."""
-    args: tuple[str, ...] = DEFAULT_ARGS
-    """Command-line switches for Chromium (the proxy switches of the allowlist are added)."""
-    headless: bool = True
-    """Run without a window."""
-    max_concurrency: int = 4
-    """Visits loaded at the same time (one reused browser context each); others wait."""
-    max_html_chars: int = 1_000_000
-    """Cap on the serialised DOM handed to ``html_to_text``."""
-    wait_until: str = "load"
-    """Navigation event ``goto`` waits for: ``load``, ``domcontentloaded``, ``networkidle`` or ``commit``."""
-    user_agent: str | None = None
-    """User-Agent header; ``None`` keeps Chromium's own."""
-    launch_timeout_s: float = 60.0
-    """How long starting Chromium may take before the pool gives up."""
-    extra_context_options: dict[str, Any] = field(default_factory=dict)
-    """More ``browser.new_context`` keyword arguments (e.g. ``locale``, ``viewport``)."""
-    close_connections: bool | None = None
-    """Send ``Connection: close``, so every request gets a fresh TCP connection (as the direct
-    backend does). ``None``: on in allowlist mode, off with ``allow_all_hosts``. On loopback a
-    connection costs ~0.1 ms, while a reused one to a Python ``http.server`` (the world's server
-    writes headers and body separately, Nagle's algorithm on) holds the body back until
-    Chromium's delayed ACK, ~40 ms per visit; on the real web it would cost a TLS handshake per
-    request."""
+    executable_path: str = help_field(DEFAULT_CHROMIUM, "Chromium binary (Debian package ``chromium``).")
+    args: tuple[str, ...] = help_field(
+        DEFAULT_ARGS, "Command-line switches for Chromium (the proxy switches of the allowlist are added).")
+    headless: bool = help_field(True, "Run without a window.")
+    max_concurrency: int = help_field(
+        4, "Visits loaded at the same time (one reused browser context each); others wait.")
+    max_html_chars: int = help_field(1_000_000, "Cap on the serialised DOM handed to ``html_to_text``.")
+    wait_until: str = help_field(
+        "load", "Navigation event ``goto`` waits for: ``load``, ``domcontentloaded``, ``networkidle`` or ``commit``.")
+    user_agent: str | None = help_field(None, "User-Agent header; ``None`` keeps Chromium's own.")
+    launch_timeout_s: float = help_field(60.0, "How long starting Chromium may take before the pool gives up.")
+    extra_context_options: dict[str, Any] = help_field(
+        {}, "More ``browser.new_context`` keyword arguments (e.g. ``locale``, ``viewport``).")
+    close_connections: bool | None = help_field(
+        None, "Send ``Connection: close``, so every request gets a fresh TCP connection (as the direct backend does). "
+        "``None``: on in allowlist mode, off with ``allow_all_hosts``. On loopback a connection costs ~0.1 ms, while "
+        "a reused one to a Python ``http.server`` (the world's server writes headers and body separately, Nagle's "
+        "algorithm on) holds the body back until Chromium's delayed ACK, ~40 ms per visit; on the real web it would "
+        "cost a TLS handshake per request.")
 
 
 class BrowserPool:

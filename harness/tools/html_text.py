@@ -1,4 +1,4 @@
-"""HTML to agent-readable text: the one conversion both ``visit`` backends use (DESIGN §5).
+"""HTML to agent-readable text: the one conversion both ``visit`` backends use (docs/tools.md).
 
 The Playwright backend renders the page in Chromium and passes the rendered DOM's HTML here;
 the direct backend passes the fetched HTML. On the offline world (static pages, no scripts)

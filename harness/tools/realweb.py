@@ -1,6 +1,6 @@
-"""Real-web search through an HTTP search API (DESIGN §5 "Real web", GPU users, online).
+"""Real-web search through an HTTP search API (docs/tools.md §Real-web search, GPU users, online).
 
-Two kinds of endpoint, both mapped to :class:`~harness.agents.protocol.SearchHit`:
+Two kinds of endpoint, both mapped to :class:`~harness.protocol.SearchHit`:
 
 * ``searxng``: a self-hosted SearXNG instance, ``GET {endpoint}/search?q=...&format=json``
   (the instance must enable the JSON format in its ``settings.yml``: ``search.formats``);
@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import requests
 
-from harness.agents.protocol import SearchHit
+from harness.protocol import SearchHit
 from harness.config import ConfigError, help_field
 
 

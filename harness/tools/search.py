@@ -1,9 +1,9 @@
-"""The ``search(query)`` tool (DESIGN §2, §5 "Tool backends").
+"""The ``search(query)`` tool (docs/architecture.md §The agent system, docs/tools.md).
 
 :class:`SearchTool` wraps any :class:`SearchBackend` (``search(query, k) -> list[SearchHit]``):
 the offline world's BM25 index or :class:`harness.tools.realweb.RealWebSearch`. The observation
-is :func:`harness.agents.protocol.render_search_results` of the top ``k`` hits; an empty query or
-a failing backend gives a :func:`~harness.agents.protocol.render_error` observation, never an
+is :func:`harness.protocol.render_search_results` of the top ``k`` hits; an empty query or
+a failing backend gives a :func:`~harness.protocol.render_error` observation, never an
 exception.
 
 The world's index takes the base URL of the running world server as a third argument
@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-from harness.agents.protocol import SearchHit, render_error, render_search_results
+from harness.protocol import SearchHit, render_error, render_search_results
 
 MAX_QUERY_CHARS = 1000
 

@@ -1,6 +1,6 @@
-"""The sub-agent's (and single agent's) toolbox: ``search`` + ``visit`` (DESIGN §2, §5).
+"""The sub-agent's (and single agent's) toolbox: ``search`` + ``visit`` (docs/architecture.md §The agent system, docs/tools.md).
 
-:class:`WebToolbox` implements :class:`harness.agents.protocol.Toolbox`: ``call(name,
+:class:`WebToolbox` implements :class:`harness.protocol.Toolbox`: ``call(name,
 arguments) -> str`` validates the tool name, the argument names (required/optional, from
 ``protocol.TOOL_ARGUMENTS``) and their types, runs the tool, and returns the observation text.
 It never raises: an unknown tool, a missing or unexpected argument, a wrong type or a failing
@@ -12,7 +12,7 @@ Configuration is :class:`ToolsConfig` (YAML section ``tools``). Offline (default
 allowlist is the world server's ``host:port``; the real web needs ``allow_all_hosts: true`` and
 a ``realweb`` search section.
 
-Deliberate choice: ``visit_backend`` defaults to ``playwright`` (DESIGN §5: the default for
+Deliberate choice: ``visit_backend`` defaults to ``playwright`` (docs/tools.md: the default for
 evaluation and the real web); CPU training presets set ``direct``, which returns the same text on
 the offline world at a fraction of the cost (see docs/tools.md for figures).
 """
@@ -23,7 +23,7 @@ import dataclasses
 import threading
 from typing import Any, Literal
 
-from harness.agents.protocol import TOOL_ARGUMENTS, render_error
+from harness.protocol import TOOL_ARGUMENTS, render_error
 from harness.config import ConfigError, help_field
 from harness.tools.allowlist import Allowlist
 from harness.tools.browser import DEFAULT_ARGS, DEFAULT_CHROMIUM, BrowserConfig, BrowserPool
@@ -104,7 +104,7 @@ class ToolsConfig:
 
 
 class WebToolbox:
-    """``search`` and ``visit`` behind the :class:`~harness.agents.protocol.Toolbox` protocol."""
+    """``search`` and ``visit`` behind the :class:`~harness.protocol.Toolbox` protocol."""
 
     def __init__(self, search: SearchTool, visit: VisitTool, owned: tuple[Any, ...] = ()) -> None:
         self.search = search

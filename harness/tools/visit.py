@@ -1,4 +1,4 @@
-"""The ``visit(url, goal)`` tool and its direct-HTTP backend (DESIGN §5 "Tool backends", §2).
+"""The ``visit(url, goal)`` tool and its direct-HTTP backend (docs/tools.md, docs/architecture.md §The agent system).
 
 Two backends share one interface, :class:`VisitBackend` (``fetch(url, timeout) -> FetchResult``):
 
@@ -14,13 +14,13 @@ the allowlist, the page is fetched, its HTML goes through
 :func:`harness.tools.html_text.html_to_text` (the one conversion both backends use, with the
 final URL after redirects as base), and the text is cut to ``max_chars`` characters with a
 ``[truncated]`` line. Every failure (refused URL, HTTP error status, timeout, download, connection
-error) comes back as :func:`harness.agents.protocol.render_error` text; nothing raises into the
+error) comes back as :func:`harness.protocol.render_error` text; nothing raises into the
 agent loop.
 
 Both backends produce the same error *messages* for the same condition (the helpers below), so
 a run does not change behaviour when the backend changes.
 
-Deliberate deviations from the paper / DESIGN:
+Deliberate deviations from the paper:
 
 * ``goal`` is accepted and validated but not used: the paper's visit tool summarises the page
   with an LLM guided by the goal; here the observation is the page's main text itself (no
@@ -48,7 +48,7 @@ from http import HTTPStatus
 from typing import Protocol, runtime_checkable
 from urllib.parse import urljoin, urlsplit
 
-from harness.agents.protocol import render_error
+from harness.protocol import render_error
 from harness.tools.allowlist import Allowlist
 from harness.tools.html_text import html_to_text
 

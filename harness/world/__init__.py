@@ -1,4 +1,4 @@
-"""The offline web world (DESIGN §5): generator, sites, server, search, tasks, scripted expert.
+"""The offline web world (docs/world.md): generator, sites, server, search, tasks, scripted expert.
 
 Public API (see docs/world.md):
 
@@ -7,6 +7,7 @@ Public API (see docs/world.md):
 * :class:`~harness.world.search.SearchIndex`
 * :class:`~harness.world.toolbox.WorldToolbox`
 * :mod:`harness.world.tasks`: ``generate_tasks``, ``write_tasks``, ``load_tasks``, ``task_prompt``, ``rebase``
+* :mod:`harness.world.schemas`: ``BENCHMARKS`` (the task styles), ``task_prompt``, ``task_id``, ``benchmark_of``
 * :mod:`harness.world.expert`: ``ExpertConfig``, ``ExpertPlanner``, ``ExpertSubAgent``, ``run_expert_episode``
 * :func:`~harness.world.judge.expert_judge`
 

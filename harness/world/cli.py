@@ -1,4 +1,4 @@
-"""``python -m harness world <serve|tasks> ...`` (DESIGN §5, §10).
+"""``python -m harness world <serve|tasks> ...`` (docs/world.md, README.md).
 
 * ``serve --seed N [--size S] [--port P] [--test-routes]`` -- serve the world on 127.0.0.1
   and print its address (first stdout line: ``Serving ... at http://127.0.0.1:PORT/``) until
@@ -21,7 +21,7 @@ from harness.world.toolbox import DEFAULT_BASE_URL
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m harness world", description="The offline web world (DESIGN §5).")
+    p = argparse.ArgumentParser(prog="python -m harness world", description="The offline web world (docs/world.md).")
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:

@@ -1,6 +1,6 @@
-"""Scripted expert planner and sub-agent for the offline world (DESIGN §2, §5, §6).
+"""Scripted expert planner and sub-agent for the offline world (docs/architecture.md §The agent system, docs/world.md, docs/models.md).
 
-Both are turn-by-turn policies over the message format of :mod:`harness.agents.protocol`:
+Both are turn-by-turn policies over the message format of :mod:`harness.protocol`:
 ``act(messages) -> str`` reads the conversation so far (``system``/``user``/``assistant``/
 ``tool`` dicts) and returns the next assistant message (one ``<tool_call>`` or one
 ``<answer>``). They act **only through tools**: the sub-agent sees the world only in
@@ -40,14 +40,16 @@ import io
 import json
 import random
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.agents.protocol import (
+from harness.config import help_field
+from harness.protocol import (
     ANSWER_CLOSE, ANSWER_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, Toolbox, format_answer, format_tool_call,
 )
 from harness.world.judge import normalise
 from harness.world.render import NEWS_OLDER
+from harness.world.schemas import ATTACHMENT_MARKER, task_id, task_prompt
 from harness.world.subtasks import PHRASES, ParsedSubtask, parse_subtask
 
 PLANNER_SYSTEM = (
@@ -65,8 +67,6 @@ SINGLE_AGENT_SYSTEM = (
     "When you know the answer, reply <answer>...</answer>."
 )
 NOT_FOUND = "Not found"
-ATTACHMENT_MARKER = "\nAttached file "
-"""How :func:`harness.world.tasks.task_prompt` introduces an attachment's content."""
 
 # Phrases that live on the same page type (a decomposition error swaps within a group).
 _GROUPS = (
@@ -99,16 +99,16 @@ _ROW = re.compile(r"^\| (.+?) \| (.+)$", re.M)
 class ExpertConfig:
     """Error model of the scripted expert (all probabilities in [0, 1])."""
 
-    noise: float = 0.0
-    """Default probability that any one decision goes wrong."""
-    rates: dict[str, float] = field(default_factory=dict)
-    """Per decision type (``decompose``, ``final``, ``search_pick``, ``link_pick``, ``extract``); overrides ``noise``."""
-    template_rates: dict[str, dict[str, float]] = field(default_factory=dict)
-    """Planner blind spots: task template (gold ``template``) -> decision type -> probability."""
-    phrase_rates: dict[str, dict[str, float]] = field(default_factory=dict)
-    """Sub-agent blind spots: subtask phrase (e.g. ``joining year``) or kind (``natives``, ``filter``) -> decision -> probability."""
-    max_visits: int = 14
-    """The sub-agent gives up (answers ``Not found``) after this many ``visit`` calls."""
+    noise: float = help_field(0.0, "Default probability that any one decision goes wrong.")
+    rates: dict[str, float] = help_field(
+        {}, "Per decision type (``decompose``, ``final``, ``search_pick``, ``link_pick``, ``extract``); overrides "
+        "``noise``.")
+    template_rates: dict[str, dict[str, float]] = help_field(
+        {}, "Planner blind spots: task template (gold ``template``) -> decision type -> probability.")
+    phrase_rates: dict[str, dict[str, float]] = help_field(
+        {}, "Sub-agent blind spots: subtask phrase (e.g. ``joining year``) or kind (``natives``, ``filter``) -> "
+        "decision -> probability.")
+    max_visits: int = help_field(14, "The sub-agent gives up (answers ``Not found``) after this many ``visit`` calls.")
 
     def __post_init__(self) -> None:
         decisions = set(PLANNER_DECISIONS + SUB_DECISIONS)
@@ -497,16 +497,21 @@ class Transcript:
         return asdict(self)
 
 
-def task_id(task: dict[str, Any]) -> str:
-    """The id field of a task in any of the three schemas."""
-    for k in ("task_id", "id"):
-        if k in task:
-            return str(task[k])
-    return str(task.get("gold", {}).get("uid", ""))
-
-
 def answers_match(prediction: str, gold: str) -> bool:
-    """Normalised exact match (the world's tasks have short exact answers)."""
+    """The world's own answer rule: the same lower-cased alphanumeric tokens
+    (:func:`harness.world.judge.normalise`; thousands separators inside numbers ignored).
+
+    It decides whether a scripted-expert episode solved its task (so which generated tasks are
+    kept), and it is the correctness check of the warm start and of training (the planner's reward
+    and its training-time evaluation records). It is not the evaluation suite's rule: the
+    ``local_*`` twins of :mod:`benchmarks.local` score through their registered
+    ``Benchmark.score``, the one public entry point for a benchmark number (GAIA's official scorer
+    for ``local_gaia``, ``benchmarks.scoring.answers_match`` for ``local_xbench`` and
+    ``local_webwalkerqa``). The rules agree on the gold answers and on case, spacing and punctuation
+    between words, but not always: ``The Brisca Labs`` for ``Brisca Labs`` and ``1299.0`` for
+    ``1299`` are wrong here and right for the suite's exact rule; ``A-One, B Two`` for the GAIA list
+    ``A One, B Two`` is right here and wrong for GAIA's scorer, which keeps punctuation in list items.
+    """
     return normalise(prediction) == normalise(gold)
 
 
@@ -534,8 +539,6 @@ def run_expert_episode(task: dict[str, Any], toolbox: Toolbox, noise: float = 0.
     ``f"{seed}:{task_id}"`` and sub-agent call ``i`` ``f"{seed}:{task_id}:{i}"``. A planner or
     sub-agent out of turns ends with ``Not found``.
     """
-    from harness.world.tasks import task_prompt  # tasks imports this module
-
     config = config or ExpertConfig(noise=noise)
     tid = task_id(task)
     # The task id is part of every seed so that mistakes are independent across tasks.
@@ -561,15 +564,13 @@ def run_expert_episode(task: dict[str, Any], toolbox: Toolbox, noise: float = 0.
 def run_expert_single_episode(task: dict[str, Any], toolbox: Toolbox, noise: float = 0.0, seed: int = 0, *,
                               config: ExpertConfig | None = None, max_subtasks: int = 12, max_sub_turns: int = 40,
                               base_dir: str | None = None, system: str = SINGLE_AGENT_SYSTEM) -> Transcript:
-    """The same expert as one agent with ``search``/``visit`` (SFT data for ``single_agent``, DESIGN §1).
+    """The same expert as one agent with ``search``/``visit`` (SFT data for ``single_agent``, docs/architecture.md §What the harness is).
 
     The planner's subtasks are solved in line: the transcript (``planner``; ``sub_calls`` is
     empty) holds every search/visit turn of every subtask, in order, then the final answer.
     Same seeds as :func:`run_expert_episode`, so with the same noise the two make the same
     decisions.
     """
-    from harness.world.tasks import task_prompt
-
     config = config or ExpertConfig(noise=noise)
     tid = task_id(task)
     planner = ExpertPlanner(task, config, f"{seed}:{tid}")

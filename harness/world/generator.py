@@ -1,4 +1,4 @@
-"""Seeded generator of the offline web world's entity graph (DESIGN §5).
+"""Seeded generator of the offline web world's entity graph (docs/world.md).
 
 A world is a graph of invented entities -- cities, organisations, people, products and
 events -- with attributes and relations, all drawn from one ``random.Random`` seeded by
@@ -8,7 +8,7 @@ and the pages that state it. Same config -> byte-identical pages.
 
 Names are built from pronounceable syllables; every *word* of every name is used by one
 entity only, so no two entities share a title and an exact title query finds its page
-first (DESIGN §6, "Making the tiny default learn").
+first (docs/architecture.md §Making the tiny default learn).
 
 Deliberate deviations / decisions where the design is silent:
 * Countries, industries, roles and product categories are attribute values, not entities
@@ -17,13 +17,20 @@ Deliberate deviations / decisions where the design is silent:
   never has to disambiguate look-alike names.
 * Numbers are stored canonically (digits only) in :class:`Fact.value`; pages may show them
   with thousands separators (``Fact.shown``).
+
+:class:`Entity`, :class:`Fact` and :class:`Page` are defined in :mod:`harness.world.entities`
+(the renderer needs them too) and re-exported here.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from harness.config import help_field
+from harness.world.entities import Entity, Fact, Page
+from harness.world.render import render_pages
 
 SIZES: dict[str, dict[str, int]] = {
     # cities, orgs, people, products, events, countries
@@ -55,22 +62,17 @@ _CODAS = ("", "", "", "n", "r", "l", "s", "m", "th")
 class WorldConfig:
     """What world to generate. ``size`` picks a preset; explicit counts override it."""
 
-    seed: int = 0
-    """Random seed (an int >= 0). Same seed and size -> byte-identical pages."""
-    size: str = "default"
-    """Preset: ``tiny`` (~200 pages), ``small`` (~400) or ``default`` (~800)."""
-    n_people: int | None = None
-    """Number of people (None: from the preset). At least 3 per organisation."""
-    n_orgs: int | None = None
-    """Number of organisations, each with its own site (None: from the preset)."""
-    n_cities: int | None = None
-    """Number of cities (None: from the preset)."""
-    n_products: int | None = None
-    """Number of products, at least one per organisation (None: from the preset)."""
-    n_events: int | None = None
-    """Number of events, each organised by an organisation (None: from the preset)."""
-    n_countries: int | None = None
-    """Number of invented countries the cities belong to (None: from the preset)."""
+    seed: int = help_field(0, "Random seed (an int >= 0). Same seed and size -> byte-identical pages.")
+    size: str = help_field("default", "Preset: ``tiny`` (~200 pages), ``small`` (~400) or ``default`` (~800).")
+    n_people: int | None = help_field(None, "Number of people (None: from the preset). At least 3 per organisation.")
+    n_orgs: int | None = help_field(None, "Number of organisations, each with its own site (None: from the preset).")
+    n_cities: int | None = help_field(None, "Number of cities (None: from the preset).")
+    n_products: int | None = help_field(
+        None, "Number of products, at least one per organisation (None: from the preset).")
+    n_events: int | None = help_field(
+        None, "Number of events, each organised by an organisation (None: from the preset).")
+    n_countries: int | None = help_field(
+        None, "Number of invented countries the cities belong to (None: from the preset).")
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
@@ -101,29 +103,6 @@ class WorldConfig:
             if value is not None:
                 out[name] = value
         return out
-
-
-@dataclass
-class Entity:
-    """One invented entity. ``attrs`` maps a relation name to its value (see :data:`RELATIONS`)."""
-
-    id: str
-    kind: str  # city | org | person | product | event
-    name: str
-    slug: str
-    attrs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Fact:
-    """``subject``'s ``relation`` is ``value`` (canonical string); ``value_id`` if it is an entity."""
-
-    subject: str
-    relation: str
-    value: str
-    value_id: str | None = None
-    shown: str = ""
-    """The text a page shows for the value (empty: same as ``value``)."""
 
 
 # relation -> (subject kind, value kind: entity kind | "int" | "text" | "list")
@@ -251,23 +230,6 @@ def entity_facts(ents: dict[str, Entity]) -> list[Fact]:
 
 
 @dataclass
-class Page:
-    """One HTML page of the world."""
-
-    path: str
-    """Absolute path on the world server, e.g. ``/wiki/brisca.html``."""
-    title: str
-    """The ``<title>``; unique across the world."""
-    html: str
-    site: str
-    """``wiki``, ``news``, ``portal`` or ``site/<org-slug>``."""
-    depth: int
-    """Clicks from the site's home page (WebWalkerQA depth)."""
-    facts: tuple[tuple[str, str], ...] = ()
-    """(subject id, relation) of every fact this page states."""
-
-
-@dataclass
 class World:
     """A generated world: the graph, its pages and where each fact is stated."""
 
@@ -309,8 +271,6 @@ class World:
 
 def generate_world(config: WorldConfig | None = None, *, seed: int | None = None, size: str | None = None) -> World:
     """Generate the world for ``config`` (or for ``seed``/``size`` with the other fields default)."""
-    from harness.world.render import render_pages  # render imports this module
-
     if config is None:
         config = WorldConfig(seed=0 if seed is None else seed, size="default" if size is None else size)
     ents, countries = generate_graph(config)

@@ -1,4 +1,4 @@
-"""Offline expert judge of a sub-agent result (DESIGN §3 ``r_expert``, §5).
+"""Offline expert judge of a sub-agent result (docs/paper.md ``r_expert``, docs/world.md).
 
 ``expert_judge(subtask_gold, result_text)`` scores in [0, 1] whether a sub-agent's result
 contains the fact that the gold path needs for that subtask (a gold subtask as written by

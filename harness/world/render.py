@@ -1,4 +1,4 @@
-"""HTML sites of the offline web world (DESIGN §5): encyclopedia, organisation sites, news.
+"""HTML sites of the offline web world (docs/world.md): encyclopedia, organisation sites, news.
 
 Page types (paths are absolute on the world server):
 
@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from html import escape
 
-from harness.world.generator import Entity, Fact, Page
+from harness.world.entities import Entity, Fact, Page
+from harness.world.subtasks import article
 
 NEWS_SITE = "The Courier"
 _STYLE = ("body{font-family:sans-serif;max-width:46em;margin:2em auto}table{border-collapse:collapse}"
@@ -89,16 +90,16 @@ def render_pages(ents: dict[str, Entity], countries: list[str], facts: dict[tupl
     # ------------------------------------------------------------------ encyclopedia
     for e in people:
         org = ents[e.attrs["employer"]]
-        a = "an" if org.attrs["industry"][0] in "aeiou" else "a"
         lead = (f"<p><b>{escape(e.name)}</b> (born {shown(e, 'birth_year')} in {link(e.attrs['birth_city'])}) "
-                f"is a {escape(e.attrs['role'])} at {link(org.id)}, {a} {escape(org.attrs['industry'])} company.</p>")
+                f"is a {escape(e.attrs['role'])} at {link(org.id)}, {article(org.attrs['industry'])} "
+                f"{escape(org.attrs['industry'])} company.</p>")
         rows = [(LABELS["birth_year"], shown(e, "birth_year")), (LABELS["birth_city"], link(e.attrs["birth_city"])),
                 (LABELS["employer"], link(org.id)), (LABELS["role"], escape(e.attrs["role"]))]
         add(wiki_path(e), e.name, f"<h1>{escape(e.name)}</h1>\n{lead}\n{_table(rows)}", "wiki", 1,
             [(e.id, r) for r in ("birth_year", "birth_city", "employer", "role")] + [(org.id, "industry")])
     for e in orgs:
         hq = ents[e.attrs["headquarters"]]
-        lead = (f"<p><b>{escape(e.name)}</b> is {'an' if e.attrs['industry'][0] in 'aeiou' else 'a'} "
+        lead = (f"<p><b>{escape(e.name)}</b> is {article(e.attrs['industry'])} "
                 f"{escape(e.attrs['industry'])} company founded in {shown(e, 'founded_year')} and headquartered in "
                 f"{link(hq.id)}.</p>")
         rows = [(LABELS["industry"], escape(e.attrs["industry"])), (LABELS["founded_year"], shown(e, "founded_year")),

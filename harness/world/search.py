@@ -1,15 +1,15 @@
-"""BM25 search over every page of the offline world (DESIGN §5), with ``bm25s``.
+"""BM25 search over every page of the offline world (docs/world.md), with ``bm25s``.
 
 ``SearchIndex.build(world)`` indexes each page's title (weighted x3) and its text
 (:func:`harness.tools.html_text.html_to_text`); ``index.search(query, k, base_url)`` returns
-:class:`harness.agents.protocol.SearchHit` with absolute URLs and a snippet: the page sentence
+:class:`harness.protocol.SearchHit` with absolute URLs and a snippet: the page sentence
 sharing the most query words (first ~200 characters, link markers removed).
 
 Deliberate decisions: tokens are lower-cased alphanumeric runs (no stemming, no stop words:
 names are invented, so stemming only adds collisions); a page whose title equals the query
 (case and spacing ignored) is ranked first, as real engines do for exact title matches -- BM25
 alone almost always agrees, the rule makes "exact title query -> that page first" a guarantee
-the tiny model can rely on (DESIGN §6). Pages with score 0 are never returned.
+the tiny model can rely on (docs/models.md). Pages with score 0 are never returned.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import bm25s
 import numpy as np
 
-from harness.agents.protocol import SearchHit
+from harness.protocol import SearchHit
 from harness.tools.html_text import html_to_text
 from harness.world.generator import World
 

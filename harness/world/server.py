@@ -1,4 +1,4 @@
-"""Local HTTP server for the offline web world (DESIGN §5).
+"""Local HTTP server for the offline web world (docs/world.md).
 
 ``with WorldServer(world) as srv: srv.base_url`` serves every page of a :class:`World` on
 127.0.0.1 (a free port by default) from a background thread; ``/`` and ``dir/`` serve

@@ -1,4 +1,4 @@
-"""The subtask language of the offline world (DESIGN §5): what a planner delegates.
+"""The subtask language of the offline world (docs/world.md): what a planner delegates.
 
 Task generation (:mod:`harness.world.tasks`) writes each task's gold decomposition as
 subtasks in these phrasings; the scripted sub-agent (:mod:`harness.world.expert`) reads the
@@ -84,7 +84,12 @@ _FILTER_IND = re.compile(r"^Which of these people works for an? (?P<value>.+?) c
 _FILTER_ROLE = re.compile(r"^Which of these people is an? (?P<value>.+?): (?P<names>.*)\?$")
 
 
-def _a(word: str) -> str:
+def article(word: str) -> str:
+    """The indefinite article before ``word`` (``an`` before a vowel letter, else ``a``).
+
+    The one rule for the world's English: subtask texts, task questions (:mod:`harness.world.tasks`)
+    and page text (:mod:`harness.world.render`) use it, and the sub-agent parses ``an?`` back.
+    """
     return "an" if word[:1].lower() in "aeiou" else "a"
 
 
@@ -103,8 +108,8 @@ def natives_text(city: str) -> str:
 def filter_text(what: str, value: str, names: str) -> str:
     """``what`` is ``industry`` or ``role``; ``names`` a ``; ``-joined list (or a placeholder)."""
     if what == "industry":
-        return f"Which of these people works for {_a(value)} {value} company: {names}?"
-    return f"Which of these people is {_a(value)} {value}: {names}?"
+        return f"Which of these people works for {article(value)} {value} company: {names}?"
+    return f"Which of these people is {article(value)} {value}: {names}?"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Local tasks in the three benchmarks' own schemas, generated from the world graph (DESIGN §5).
+"""Local tasks in the three benchmarks' own schemas, generated from the world graph (docs/world.md).
 
 * **GAIA-style** (``gaia``): ``task_id, Question, Level, Final answer, file_name, file_path,
   Annotator Metadata{Steps, Number of steps, How long did this take?, Tools, Number of
@@ -26,6 +26,10 @@ URLs inside tasks start with ``TaskConfig.base_url`` (default ``http://world.loc
 server needed to generate); :func:`rebase` moves a task to a live server's ``base_url``.
 Deliberate deviations: WebWalkerQA answers are short exact values (the real ones are
 sentences); ``lang`` is always ``en``; XBench ``id`` values are ints unique across splits.
+
+The schemas themselves (:data:`BENCHMARKS`, the field lists, :func:`benchmark_of`,
+:func:`task_prompt`) are defined in :mod:`harness.world.schemas`, below this module and the
+expert that verifies its tasks, and re-exported here.
 """
 
 from __future__ import annotations
@@ -41,38 +45,33 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from harness.world.expert import ATTACHMENT_MARKER, run_expert_episode
+from harness.config import help_field
+from harness.records import RecordError, iter_jsonl
+from harness.world.expert import run_expert_episode
 from harness.world.generator import Entity, World
 from harness.world.render import NEWS_OLDER, site_prefix, wiki_path
+from harness.world.schemas import (  # re-exported: the schemas are part of this module's API
+    BENCHMARKS, GAIA_FIELDS, GAIA_META, WEBWALKER_FIELDS, WEBWALKER_INFO, XBENCH_FIELDS, benchmark_of, task_prompt,
+)
 from harness.world.subtasks import (
-    LOOKUP_PHRASE, WALK_PHRASE, filter_text, lookup_text, natives_text, walk_text,
+    LOOKUP_PHRASE, WALK_PHRASE, article, filter_text, lookup_text, natives_text, walk_text,
 )
 from harness.world.search import SearchIndex
 from harness.world.toolbox import DEFAULT_BASE_URL, WorldToolbox
 
-BENCHMARKS = ("gaia", "webwalkerqa", "xbench")
 SPLITS = ("train", "test")
-GAIA_FIELDS = ("task_id", "Question", "Level", "Final answer", "file_name", "file_path", "Annotator Metadata")
-GAIA_META = ("Steps", "Number of steps", "How long did this take?", "Tools", "Number of tools")
-WEBWALKER_FIELDS = ("question", "answer", "root_url", "info")
-WEBWALKER_INFO = ("domain", "lang", "source_website", "golden_path", "type", "difficulty_level")
-XBENCH_FIELDS = ("id", "prompt", "answer")
 
 
 @dataclass(frozen=True)
 class TaskConfig:
     """How many tasks to generate and how."""
 
-    n_train: int = 200
-    """Tasks per benchmark in the train split (fewer if the world has fewer)."""
-    n_test: int = 50
-    """Tasks per benchmark in the test split (fewer if the world has fewer)."""
-    test_fraction: float = 0.25
-    """Probability that an entity is a test answer entity."""
-    base_url: str = DEFAULT_BASE_URL
-    """Base URL written into tasks (``root_url``, ``source_website``, subtasks)."""
-    verify: bool = True
-    """Emit only tasks the scripted expert solves at noise 0 (DESIGN §5)."""
+    n_train: int = help_field(200, "Tasks per benchmark in the train split (fewer if the world has fewer).")
+    n_test: int = help_field(50, "Tasks per benchmark in the test split (fewer if the world has fewer).")
+    test_fraction: float = help_field(0.25, "Probability that an entity is a test answer entity.")
+    base_url: str = help_field(
+        DEFAULT_BASE_URL, "Base URL written into tasks (``root_url``, ``source_website``, subtasks).")
+    verify: bool = help_field(True, "Emit only tasks the scripted expert solves at noise 0 (docs/world.md).")
 
     def __post_init__(self) -> None:
         for name in ("n_train", "n_test"):
@@ -147,10 +146,6 @@ _WW_Q: dict[str, str] = {
 
 def _cap(s: str) -> str:
     return s[:1].upper() + s[1:]
-
-
-def _a(word: str) -> str:
-    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 # ----------------------------------------------------------------------------- gold pieces
@@ -401,15 +396,15 @@ def _xb_candidates(world: World, base: str) -> dict[str, list[dict[str, Any]]]:
             subs.append({"kind": "filter", "task": filter_text("role", p.attrs["role"], "{r1}"), "phrase": "role",
                          "subject": "", "answer": p.name, "candidates": [q.name for q in by_ind],
                          "pages": [wiki_path(q) for q in by_ind], "facts": [[q.name, "role", q.attrs["role"]] for q in by_ind]})
-            role_clause = f" as {_a(p.attrs['role'])} {p.attrs['role']}"
+            role_clause = f" as {article(p.attrs['role'])} {p.attrs['role']}"
         template = "xbench.person3" if not use_role else "xbench.person4"
         gold = _gold(template, p.name, [p.id], subs, {"op": "last"}, base,
                      derive={"op": "born_between", "src": 0, "lo": lo, "hi": lo + 9})
-        prompt = (f"Which person born in {city.name} in the {lo}s works for {_a(ind[p.id])} {ind[p.id]} company"
+        prompt = (f"Which person born in {city.name} in the {lo}s works for {article(ind[p.id])} {ind[p.id]} company"
                   f"{role_clause}? Answer with the full name.")
         steps = [f"List the people born in {city.name} and keep those born in the {lo}s.",
-                 f"Keep those who work for {_a(ind[p.id])} {ind[p.id]} company."] + (
-                     [f"Keep those who are {_a(p.attrs['role'])} {p.attrs['role']}."] if use_role else [])
+                 f"Keep those who work for {article(ind[p.id])} {ind[p.id]} company."] + (
+                     [f"Keep those who are {article(p.attrs['role'])} {p.attrs['role']}."] if use_role else [])
         row = {"id": 0, "prompt": prompt, "answer": p.name,
                "reference_steps": "\n".join(f"{i}. {s}" for i, s in enumerate(steps, 1)), "gold": gold}
         out.setdefault(template, []).append(row)
@@ -486,45 +481,11 @@ def generate_tasks(world: World, config: TaskConfig | None = None, index: Search
 
 
 # ----------------------------------------------------------------------------- prompts, rebase, I/O
-def task_prompt(task: dict[str, Any], base_dir: str | None = None) -> str:
-    """The user message that poses ``task`` (any of the three schemas) to the planner / single agent.
-
-    GAIA attachments are appended as text (``\\nAttached file <name>:\\n<content>``), read from
-    ``gold.attachment.content`` or from ``base_dir/file_path``.
-    """
-    if "Question" in task:
-        text = task["Question"]
-        if task.get("file_name"):
-            content = task.get("gold", {}).get("attachment", {}).get("content")
-            if content is None and base_dir is not None:
-                with open(os.path.join(base_dir, task["file_path"]), encoding="utf-8") as fh:
-                    content = fh.read()
-            if content is not None:
-                text += f"\n{ATTACHMENT_MARKER}{task['file_name']}:\n{content}"
-        return text
-    if "root_url" in task:
-        return f"{task['question']}\n\nStart from this website: {task['root_url']}"
-    if "prompt" in task:
-        return str(task["prompt"])
-    raise ValueError("task_prompt: unknown task schema (expected GAIA 'Question', WebWalkerQA 'question'+'root_url' or XBench 'prompt')")
-
-
 def rebase(task: dict[str, Any], base_url: str) -> dict[str, Any]:
     """A copy of ``task`` with every URL moved from its ``gold.base_url`` to ``base_url``."""
     old = task.get("gold", {}).get("base_url", DEFAULT_BASE_URL).rstrip("/")
     new = base_url.rstrip("/")
     return json.loads(json.dumps(task).replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1]))
-
-
-def benchmark_of(task: dict[str, Any]) -> str:
-    """``gaia``, ``webwalkerqa`` or ``xbench`` from a task's fields."""
-    if "Question" in task:
-        return "gaia"
-    if "root_url" in task:
-        return "webwalkerqa"
-    if "prompt" in task:
-        return "xbench"
-    raise ValueError("unknown task schema")
 
 
 def select_tasks(tasks: Iterable[dict[str, Any]], *, max_hops: int | None = None,
@@ -588,18 +549,14 @@ def _check_fields(path: str, lineno: int, obj: dict[str, Any]) -> None:
 
 
 def load_tasks(path: str) -> list[dict[str, Any]]:
-    """Read a task JSONL file (any of the three schemas); a broken line raises :class:`TaskFileError`."""
+    """Read a task JSONL file (any of the three schemas); a broken line raises :class:`TaskFileError`.
+
+    Lines are read by :func:`harness.records.iter_jsonl` (the repository's one JSONL reader); its
+    message, which names the file and line, is kept in the :class:`TaskFileError`.
+    """
     tasks = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TaskFileError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(obj, dict):
-                raise TaskFileError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+    try:
+        for lineno, obj in iter_jsonl(path):
             try:
                 _check_fields(path, lineno, obj)
             except ValueError as exc:
@@ -608,4 +565,6 @@ def load_tasks(path: str) -> list[dict[str, Any]]:
                 raise TaskFileError(f"{path}:{lineno}: unknown task schema (expected the fields of GAIA "
                                     f"{GAIA_FIELDS}, WebWalkerQA {WEBWALKER_FIELDS} or XBench {XBENCH_FIELDS})") from None
             tasks.append(obj)
+    except RecordError as exc:  # not JSON, or a line that is not an object
+        raise TaskFileError(f"invalid JSON task file: {exc}") from None
     return tasks

@@ -1,6 +1,6 @@
-"""In-process ``search``/``visit`` toolbox over a world (DESIGN §5), no HTTP.
+"""In-process ``search``/``visit`` toolbox over a world (docs/tools.md), no HTTP.
 
-:class:`WorldToolbox` implements :class:`harness.agents.protocol.Toolbox` with the same
+:class:`WorldToolbox` implements :class:`harness.protocol.Toolbox` with the same
 observation text as the real backends of :mod:`harness.tools`: ``search`` returns
 :func:`render_search_results` of :meth:`SearchIndex.search`, ``visit`` returns
 :func:`html_to_text` of the page with links resolved against the page URL. It serves the
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.agents.protocol import render_error, render_search_results
+from harness.protocol import render_error, render_search_results
 from harness.tools.html_text import html_to_text
 from harness.world.generator import World
 from harness.world.search import SearchIndex

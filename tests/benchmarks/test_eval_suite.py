@@ -1,4 +1,4 @@
-"""The evaluation suite (DESIGN §7, §8): local twins, runners, and ``pytest benchmarks/`` end to end.
+"""The evaluation suite (docs/evaluation.md, docs/report.md): local twins, runners, and ``pytest benchmarks/`` end to end.
 
 The suite itself is exercised in subprocesses (``python -m pytest benchmarks/ ...``), exactly as a
 user runs it: exit status, the closing accuracy table, the task records (one line per task, the
@@ -247,6 +247,9 @@ def test_suite_expert_end_to_end(tmp_path):
         assert (r.trainer, r.step, r.benchmark, r.error) == ("expert", 0, "local_gaia", None)
         assert r.latency_s is not None and r.latency_s > 0 and r.n_sub_calls >= 1
         assert r.extra["eval_session"] == recs[0].extra["eval_session"]
+        # issue 15: the episode's transcript, planner and sub-agent turns, so a reader sees how it answered
+        turns = r.transcript["turns"]
+        assert {t["agent"] for t in turns} == {"planner", "sub_agent"} and r.gold in turns[-1]["text"]
     assert json.loads((run / "provenance.json").read_text())["trainer"] == "expert"
     status = json.loads((run / "status.json").read_text())
     assert (status["state"], status["n_records"]) == ("completed", 5)
@@ -471,6 +474,7 @@ def test_suite_model_runner_evaluates_a_run_checkpoint(tmp_path):
     assert rec.correct is False  # an untrained model does not answer
     assert rec.verdict not in ("crashed", "timeout"), rec.error  # a verdict, not a crash
     assert rec.extra["runner"] == "mgrpo"
+    assert rec.transcript["turns"][0]["agent"] == "planner"  # the episode is kept with the record (issue 15)
     ckpt = str(run / "planner" / "checkpoints" / "checkpoint-7")
     assert rec.extra["weights"] == {
         "planner": {"source": "checkpoint", "path": ckpt, "step": 7},

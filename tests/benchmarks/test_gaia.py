@@ -1,4 +1,4 @@
-"""GAIA: the official scorer on every pinned case, the local-snapshot and Hub loaders, text103 (DESIGN §7)."""
+"""GAIA: the official scorer on every pinned case, the local-snapshot and Hub loaders, text103 (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -135,6 +135,22 @@ def test_garbled_jsonl_names_file_and_line(tmp_path):
     with pytest.raises(BenchmarkDataError) as info:
         get_benchmark("gaia", snapshot=bad).load()
     assert info.value.line == 3 and str(bad) in str(info.value)
+
+
+@pytest.mark.parametrize("broken, problem", [("{cut}", "not valid JSON ("), ("[{row}]", "a GAIA row must be a JSON object")])
+def test_a_broken_line_is_named_but_never_quoted(tmp_path, broken, problem):
+    # benchmarks.core.read_jsonl reads through harness.records.iter_jsonl, whose message quotes the line:
+    # the benchmark error keeps the file, line and JSON error from it, and leaves the question out.
+    lines = SYNTHETIC.read_text().splitlines()
+    row = lines[1]
+    question = json.loads(row)["Question"]
+    bad = tmp_path / "metadata.jsonl"
+    bad.write_text("\n".join([lines[0], "", broken.format(cut=row[:-1], row=row)]) + "\n")
+    with pytest.raises(BenchmarkDataError) as info:
+        get_benchmark("gaia", snapshot=bad).load()
+    message = str(info.value)
+    assert info.value.line == 3 and message.startswith(f"{bad}:3: {problem}")
+    assert question[:20] not in message and "Question" not in message
 
 
 def test_row_missing_column_names_file_and_line(tmp_path):

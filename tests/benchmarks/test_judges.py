@@ -1,4 +1,4 @@
-"""Judges: ``exact``, ``llm`` (against the local stub server) and ``replay`` (DESIGN §7)."""
+"""Judges: ``exact``, ``llm`` (against the local stub server) and ``replay`` (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

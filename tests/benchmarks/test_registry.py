@@ -1,4 +1,4 @@
-"""Contract of the benchmark registry (DESIGN §7): every registered benchmark loads, scores and fails cleanly."""
+"""Contract of the benchmark registry (docs/benchmarks.md): every registered benchmark loads, scores and fails cleanly."""
 
 from __future__ import annotations
 

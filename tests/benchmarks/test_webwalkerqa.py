@@ -1,4 +1,4 @@
-"""WebWalkerQA: Hub-schema loader on the full 680-row main split and the 24-row sample (DESIGN §7)."""
+"""WebWalkerQA: Hub-schema loader on the full 680-row main split and the 24-row sample (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

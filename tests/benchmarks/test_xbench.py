@@ -1,4 +1,4 @@
-"""xbench-DeepSearch: in-memory decryption, clear errors, and no plain text on disk or in logs (DESIGN §7).
+"""xbench-DeepSearch: in-memory decryption, clear errors, and no plain text on disk or in logs (docs/benchmarks.md).
 
 Assertion messages here name rows and files only: the decrypted text itself is never printed.
 """

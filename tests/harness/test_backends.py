@@ -1,4 +1,4 @@
-"""Tests of harness.backends: HFBackend on the tiny model, VLLMBackend against the stub (DESIGN §6)."""
+"""Tests of harness.backends: HFBackend on the tiny model, VLLMBackend against the stub (docs/models.md)."""
 
 from __future__ import annotations
 

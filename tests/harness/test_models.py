@@ -1,4 +1,4 @@
-"""Tests of harness.models: the tiny model and tokenizer, the chat template, loading by name (DESIGN §6)."""
+"""Tests of harness.models: the tiny model and tokenizer, the chat template, loading by name (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.agents.protocol import format_answer, format_tool_call
+from harness.protocol import format_answer, format_tool_call
 from harness.models import (
     MODEL_REGISTRY,
     TINY_TAG_TOKENS,
@@ -72,7 +72,7 @@ _names = st.lists(st.from_regex(r"[A-Z][a-z]{0,10}", fullmatch=True), min_size=1
 @settings(max_examples=200, deadline=None)
 @given(_names, st.sampled_from([" ", '"', "(", ": ", "\n", "the ", '{"query": "']))
 def test_name_has_same_tokens_in_any_context(tokenizer, name, before):
-    """DESIGN §6 tokenizer detail: a name is tokenised identically after a space, a quote, etc."""
+    """docs/models.md tokenizer detail: a name is tokenised identically after a space, a quote, etc."""
     alone = tokenizer(name, add_special_tokens=False)["input_ids"]
     prefix = tokenizer(before, add_special_tokens=False)["input_ids"]
     in_context = tokenizer(before + name + '"', add_special_tokens=False)["input_ids"]
@@ -89,7 +89,7 @@ def test_tokenizer_is_deterministic():
 
 # ------------------------------------------------------------------ chat template
 def test_chat_template_renders_tools_calls_and_responses(tokenizer):
-    from harness.agents.protocol import SUB_AGENT_TOOLS
+    from harness.protocol import SUB_AGENT_TOOLS
 
     call = format_tool_call("search", {"query": "Ardent Labs"})
     messages = [

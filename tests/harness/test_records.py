@@ -1,4 +1,4 @@
-"""Tests of harness.records (DESIGN §8): schemas, validation, migration, atomic I/O, layout,
+"""Tests of harness.records (docs/report.md): schemas, validation, migration, atomic I/O, layout,
 provenance and run status."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_schema_fields_match_design_section_8():
     assert set(design_task) <= task_fields
     # only documented additions
     assert step_fields - set(design_step) == {"sub_calls_hist", "extra"}
-    assert task_fields - set(design_task) == {"extra"}
+    assert task_fields - set(design_task) == {"extra", "transcript"}
 
 
 def test_step_round_trip_through_file(tmp_path: Path):
@@ -65,6 +65,83 @@ def test_task_round_trip_and_eval_path(tmp_path: Path):
     assert path == tmp_path / "eval" / "25" / "local_gaia.jsonl"
     (back,) = rec.read_tasks(path).records
     assert back.correct is True and back.gold == ["a", "b"] and back.prediction == "Paris"
+
+
+def _transcript(task_id: str = "t1") -> dict:
+    from harness.transcript import messages_transcript
+
+    return messages_transcript([{"role": "system", "content": "S"}, {"role": "user", "content": f"Q {task_id}"},
+                                {"role": "assistant", "content": 'search "x" \\ {"transcript": 1}'},
+                                {"role": "tool", "content": "o" * 900},
+                                {"role": "assistant", "content": "<answer>A</answer>"}], agent="single_agent")
+
+
+def test_task_transcript_is_written_last_and_read_with_or_without_it(tmp_path: Path):
+    """Issue 15: an optional field of schema 1 (no version step): written as the last member, left out
+    when None; ``transcripts=False`` gives the same records without it (and without decoding it)."""
+    tr = _transcript()
+    path = rec.append_task(tmp_path, _task(transcript=tr, prediction="A", extra={"runner": "m", "w": {"a": 1}}))
+    rec.append_task(tmp_path, _task(task_id="t2"))
+    first, second = path.read_text().splitlines()
+    assert first.endswith(',"format":"transcript/1"}}') and list(json.loads(first))[-1] == "transcript"
+    assert "transcript" not in json.loads(second)  # None is left out
+    full = rec.read_tasks(path)
+    assert [r.transcript for r in full.records] == [tr, None]
+    assert full.records[0].extra == {"runner": "m", "w": {"a": 1}}
+    lazy = rec.read_tasks(path, transcripts=False)
+    assert [r.transcript for r in lazy.records] == [None, None]
+    assert [rec.to_dict(r) for r in lazy.records] == [
+        {k: v for k, v in rec.to_dict(r).items() if k != "transcript"} for r in full.records]
+    assert rec.to_dict(full.records[0]) == json.loads(first)  # round trip
+
+
+def test_records_without_transcripts_still_read(tmp_path: Path):
+    p = tmp_path / "old.jsonl"
+    v1 = {k: v for k, v in rec.to_dict(_task()).items()}  # a schema-1 record written before issue 15
+    v0 = {"run_id": "r", "trainer": "m", "seed": 0, "step": 25, "benchmark": "b", "task_id": "2",
+          "correct": False, "answer": "x"}
+    p.write_text(json.dumps(v1) + "\n" + json.dumps(v0) + "\n")
+    for transcripts in (True, False):
+        res = rec.read_tasks(p, transcripts=transcripts)
+        assert [r.transcript for r in res.records] == [None, None] and res.records[1].prediction == "x"
+
+
+def test_skipping_transcripts_never_loses_other_fields(tmp_path: Path):
+    """The cut is checked: a transcript that is not the last member, a "transcript" key nested in another
+    field, other separators and a torn last line all read exactly as a full read (minus the transcript)."""
+    tr = _transcript()
+    base = rec.to_dict(_task())
+    no_gold = {k: v for k, v in base.items() if k != "gold"}
+    decoy = {"y": 1, "transcript": 5, "format": "transcript/1"}  # ends the line like a transcript does
+    lines = [
+        json.dumps({**base, "transcript": tr}),  # spaced separators, last: cut
+        json.dumps({**base, "task_id": "t2", "transcript": tr, "after": 1.5}),  # not last: decoded whole
+        json.dumps({**no_gold, "task_id": "t3", "gold": decoy}),  # nested key: the cut fails, decoded whole
+        json.dumps({**no_gold, "task_id": "t4", "gold": {"transcript": tr}, "transcript": tr}),  # cut at the last
+        json.dumps({**base, "task_id": "t5", "transcript": None}),
+    ]
+    p = tmp_path / "mixed.jsonl"
+    p.write_text("\n".join(lines) + "\n" + lines[0][:-40])  # and a torn last line
+    full = rec.read_tasks(p, tolerate_truncated_tail=True)
+    lazy = rec.read_tasks(p, tolerate_truncated_tail=True, transcripts=False)
+    assert lazy.truncated_tail and len(lazy.records) == len(full.records) == 5
+    for f, z in zip(full.records, lazy.records):
+        assert z.transcript is None
+        assert {**f.__dict__, "transcript": None} == z.__dict__
+    assert lazy.records[1].extra == {"after": 1.5} and lazy.records[2].gold == decoy
+    assert lazy.records[3].gold == {"transcript": tr}
+    assert [r.transcript is not None for r in full.records] == [True, True, False, True, False]
+    # the cheap cut itself: tried only where the line ends like a transcript
+    assert [rec._cut_transcript(ln.encode()) != ln.encode() for ln in lines] == [True, False, True, True, False]
+    compact = json.dumps({**base, "transcript": tr}, separators=(",", ":")).encode()
+    assert json.loads(rec._cut_transcript(compact)) == base
+
+
+def test_a_transcript_of_the_wrong_type_is_named(tmp_path: Path):
+    p = tmp_path / "x.jsonl"
+    p.write_text(json.dumps({**rec.to_dict(_task()), "transcript": ["turn"]}) + "\n")
+    with pytest.raises(rec.RecordError, match=r"x.jsonl:1: field 'transcript' must be dict"):
+        rec.read_tasks(p)
 
 
 def test_unknown_keys_are_kept_in_extra_and_written_back(tmp_path: Path):

@@ -1,4 +1,4 @@
-"""Tests of the comparison report (DESIGN §8): numbers against hand computations over generated
+"""Tests of the comparison report (docs/report.md): numbers against hand computations over generated
 records, verdicts, collapse rule, robustness to real-world run folders, figures' labels, CLI."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from harness.report import Options, build_report, main
 from harness.report import analysis, dataset, stats
-from tests.support.records_factory import final_accuracy, make_experiment
+from tests.support.records_factory import final_accuracy, make_experiment, task_transcript
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHES = ("local_gaia", "local_webwalkerqa")
@@ -435,10 +435,71 @@ def test_console_summary_carries_the_report_caveats_and_skipped_folders(tmp_path
     assert "frozen_sub 1, mgrpo 1" in js["caveats"][1]["text"]
     verdicts = [ln for ln in out.splitlines() if ln.lstrip().startswith("Fig. ")]
     assert len(verdicts) == 3
-    assert all(ln.endswith("(caveats: quick runs; fewer than 3 seeds)") for ln in verdicts), verdicts
+    assert all(ln.endswith("(caveats: short runs; fewer than 3 seeds)") for ln in verdicts), verdicts
     assert {s["folder"] for s in js["skipped"]} == {"notes", "experiment-x"}
     assert "skipped notes/: not a run: no provenance.json" in out
     assert "skipped experiment-x/: not a run: no provenance.json" in out
     assert f"it holds runs: pass --runs {runs / 'experiment-x' / 'runs'}" in out
     assert "- notes/: not a run" in md.split("## Runs and provenance")[1]
 
+
+
+def test_accuracy_rows_link_to_examples_with_transcripts(tmp_path: Path):
+    """Issue 15 item 8: each row of the accuracy table links to its benchmark's examples page, which
+    shows per run the first failures and successes at the run's latest evaluated step with their
+    transcripts ("no transcript recorded" for records without one)."""
+    benches = ("local_gaia", "local_webwalkerqa")
+    exp = make_experiment(tmp_path / "runs", trainers=("single_agent", "mgrpo"), seeds=(0, 1), steps=20,
+                          eval_every=10, benchmarks=benches, n_tasks=8, seed=5,
+                          overrides={("single_agent", 1): {"transcripts": False},
+                                     ("mgrpo", 1): {"state": "failed", "steps": 10}})
+    # a re-evaluation appended at mgrpo-s0's last step turns its first failure into a success
+    from harness import records as rec
+    outcome = {f"local_gaia-{t:04d}": ok for t, ok in enumerate(exp.correct[("mgrpo-s0", 20, "local_gaia")])}
+    flipped = next(tid for tid, ok in outcome.items() if not ok)
+    outcome[flipped] = True
+    rec.append_task(tmp_path / "runs" / "mgrpo-s0", rec.TaskRecord(
+        run_id="mgrpo-s0", trainer="mgrpo", seed=0, step=20, benchmark="local_gaia", task_id=flipped,
+        correct=True, prediction="answer", gold="answer", verdict="correct",
+        transcript=task_transcript(flipped, "answer")))
+    res = build_report(Options(runs_dir=tmp_path / "runs", out_dir=tmp_path / "out", n_boot=100))
+
+    html_page, md = res.html.read_text(), res.markdown.read_text()
+    assert res.example_pages == [tmp_path / "out" / f"examples-{b}.html" for b in benches]
+    for c in res.analysis.accuracy:
+        link = f"examples-{c.benchmark}.html#arm-{c.arm}"
+        assert f'<a href="{link}">failures and successes</a>' in html_page
+        assert f"| [failures and successes]({link}) |" in md
+
+    def expected(run_id: str, step: int, bench: str) -> tuple[list[str], list[str]]:
+        out = ({f"{bench}-{t:04d}": ok for t, ok in enumerate(exp.correct[(run_id, step, bench)])}
+               if (run_id, bench) != ("mgrpo-s0", "local_gaia") else outcome)
+        return [t for t, ok in out.items() if not ok][:3], [t for t, ok in out.items() if ok][:3]
+
+    js = json.loads(res.json.read_text())
+    shown = {(p["benchmark"], r["run_id"]): r for p in js["examples"] for a in p["arms"] for r in a["runs"]}
+    assert set(shown) == {(b, s.run_id) for b in benches for s in exp.specs}  # the failed run too
+    for (bench, run_id), r in shown.items():
+        step = 10 if run_id == "mgrpo-s1" else 20  # each run's own latest evaluated step
+        assert r["step"] == step and (r["failures"], r["successes"]) == expected(run_id, step, bench)
+        assert r["with_transcript"] == (0 if run_id == "single_agent-s1" else len(r["failures"]) + len(r["successes"]))
+    assert flipped in shown[("local_gaia", "mgrpo-s0")]["successes"]
+    assert shown[("local_gaia", "mgrpo-s1")]["state"] == "failed"
+
+    page = (tmp_path / "out" / "examples-local_gaia.html").read_text()
+    assert page.count('<details class="example">') == sum(
+        len(r["failures"]) + len(r["successes"]) for (b, _), r in shown.items() if b == "local_gaia")
+    assert 'id="arm-mgrpo"' in page and 'id="arm-single_agent"' in page and '<a href="report.html">' in page
+    assert "<script" not in page and not re.search(r'(src|href)="(https?:|//|file:)', page)
+    r0 = shown[("local_gaia", "mgrpo-s0")]
+    assert f"run mgrpo-s0 (seed 0, completed): step 20, {sum(outcome.values())} of 8 correct" in page
+    fail = r0["failures"][0]
+    run_section = page.split("run mgrpo-s0 (seed 0")[1].split("<h3")[0]  # up to the next run's heading
+    section = run_section.split(f"<summary>{fail}: incorrect")[1].split("</details>")[0]
+    assert f"The results for {fail} point to wrong. &lt;answer&gt;wrong&lt;/answer&gt;" in section  # a sub-agent turn
+    assert f"Question {fail}: who founded the lab" in section  # the question, from the transcript
+    assert "sub-agent (call 0) · tool · cut when recorded" in section and "observations to 600 characters" in section
+    assert "run mgrpo-s1 (seed 1, failed, left out of the table): step 10" in page
+    bare = page.split("run single_agent-s1 ")[1].split("<h2")[0]
+    assert bare.count("no transcript recorded") == bare.count('<details class="example">') > 0
+    assert "no transcript recorded" not in page.split("run single_agent-s1 ")[0]

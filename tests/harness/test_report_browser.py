@@ -1,4 +1,4 @@
-"""The HTML report in a real browser (DESIGN §8): headless Chromium through Playwright shows every
+"""The HTML report in a real browser (docs/report.md): headless Chromium through Playwright shows every
 figure, with no console error, and the figures' screen regions are not blank."""
 
 from __future__ import annotations
@@ -69,6 +69,41 @@ def test_html_report_renders_every_figure_without_console_errors(report, tmp_pat
             full = tmp_path / "report.png"
             page.screenshot(path=str(full), full_page=True)
             assert Image.open(full).height > 2000
+        finally:
+            browser.close()
+    assert errors == []
+
+
+def test_accuracy_row_link_opens_its_examples_with_a_readable_transcript(report):
+    """Issue 15: the accuracy table's link leads to the examples page at the row's trainer; an example
+    opens to show its transcript's turns; no console error, no failed request."""
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}")
+                    if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+            page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+            page.goto(report.html.resolve().as_uri(), wait_until="load")
+            links = page.locator('a[href^="examples-"]')
+            assert links.count() == len(report.analysis.accuracy)
+            mgrpo = page.locator('a[href$="#arm-mgrpo"]').first  # a multi-agent row: sub-agent turns
+            target = mgrpo.get_attribute("href")
+            mgrpo.click()
+            page.wait_for_load_state("load")
+            assert page.url.endswith(target) and page.title().startswith("Examples: ")
+            anchor = target.split("#", 1)[1]
+            assert page.locator(f"h2#{anchor}").is_visible()
+            example = page.locator(f"h2#{anchor} ~ details.example").first  # the row's trainer's first example
+            turn = example.locator("div.turn").first
+            assert not turn.is_visible()  # closed until asked
+            example.locator("summary").click()
+            assert turn.is_visible() and turn.inner_text().strip()
+            assert example.locator("div.turn.nested").count() > 0  # sub-agent turns, indented
         finally:
             browser.close()
     assert errors == []

@@ -1,6 +1,6 @@
 """Resume is exact (issue 14): a kill at any point, then ``python -m harness train --resume``, gives each role
 steps 1..max_steps once each, the evaluation records at the configured steps once each, every store group
-trained once by the sub role, and a dead launcher's run never reads as "running" (harness/role.py,
+trained once by the sub role, and a dead launcher's run never reads as "running" (harness/role/,
 harness/records.py; docs/training.md "Checkpoints and resume").
 
 The end-to-end test kills the real processes of one ``mgrpo`` run five times at different points (SIGKILL of
@@ -68,7 +68,7 @@ def _checkpoint(root: Path, step: int, *, state: str | None = "ok", store: bool 
 def test_last_checkpoint_skips_and_resume_deletes_half_written_ones(tmp_path):
     from transformers.trainer_utils import get_last_checkpoint
 
-    from harness.role import drop_incomplete_checkpoints, last_checkpoint
+    from harness.role.checkpoints import drop_incomplete_checkpoints, last_checkpoint
 
     _checkpoint(tmp_path, 2, store=True)
     _checkpoint(tmp_path, 4)  # TRL's files, but killed before the sub role's store position
@@ -84,7 +84,7 @@ def test_last_checkpoint_skips_and_resume_deletes_half_written_ones(tmp_path):
 
 
 def test_truncate_metrics_with_no_checkpoint_drops_every_step(tmp_path):
-    from harness.role import truncate_metrics
+    from harness.role.checkpoints import truncate_metrics
 
     path = tmp_path / "planner" / "metrics.jsonl"
     path.parent.mkdir()
@@ -98,7 +98,7 @@ def test_truncate_metrics_with_no_checkpoint_drops_every_step(tmp_path):
 
 def test_eval_records_are_complete_only_with_one_record_per_task(tmp_path):
     from harness.records import TaskRecord, append_task
-    from harness.role import drop_evals, eval_complete
+    from harness.role.planner import drop_evals, eval_complete
 
     tasks = [{"task_id": "t0", "Question": "?"}, {"id": "t1", "prompt": "?"}]  # a gaia and an xbench task
 
@@ -182,13 +182,15 @@ def warm(tmp_path_factory) -> Path:
 
     from harness.agents.prompts import EpisodeTokens, agent_prompt, initial_messages
     from harness.models import ModelSpec, load_model
-    from harness.role import load_role_config, load_tasks
+    from harness.role.common import load_role_config
+    from harness.role.tasks import generate_run_tasks
     from harness.warmstart import tokenize_transcript
     from harness.world.tasks import rebase, task_prompt
 
     t0 = time.perf_counter()
     cfg = load_role_config(str(ROOT / "baselines/configs/tiny/mgrpo.yaml"), OVERRIDES)
-    tasks, evals = load_tasks(cfg)
+    prepared = generate_run_tasks(cfg)  # the run's task set (the launcher prepares the same one)
+    tasks, evals = prepared.by_id(), prepared.evals
     model, tok = load_model(ModelSpec(name="tiny", seed=0))
     tok.add_tokens([AddedToken(CALL_JSON, special=False, normalized=False, single_word=False)])
     codec = EpisodeTokens(tok, agent_prompt("planner").tools)
@@ -307,7 +309,7 @@ def steps_of(run: Path, role: str) -> list[int]:
 
 
 def complete(ckpt: Path) -> bool:
-    from harness.role import checkpoint_complete
+    from harness.role.checkpoints import checkpoint_complete
 
     return checkpoint_complete(ckpt)
 
@@ -386,7 +388,7 @@ def test_kill_anywhere_then_resume_gives_every_step_eval_and_group_once(tmp_path
     state.unlink(missing_ok=True)
     launch.crash()
 
-    # 5. The sub role alone, mid-step: after a step that is not a checkpoint, it has taken the next step's groups.
+    # 5. The sub role alone, mid-step: after a step that is not a checkpoint, holding groups it has not acknowledged.
     launch = Launch(run, *resume)
     store = open_store(f"sqlite:///{run / 'store.db'}", run_id=run.name)
     try:
@@ -395,7 +397,10 @@ def test_kill_anywhere_then_resume_gives_every_step_eval_and_group_once(tmp_path
                 if (run / "sub" / "metrics.jsonl").is_file() else []
             if not recs or recs[-1].step < 3 or recs[-1].step % SAVE == 0:
                 return False
-            return any(c.state == "taken" and c.taken_at > recs[-1].time for c in store.consumed_groups())
+            # groups taken and not yet acknowledged: the last step's (acked only with the next checkpoint) and
+            # maybe the next step's; the window lasts a whole step, so a busy machine cannot make the test miss it
+            # (waiting for the next step's take alone was missed once: the resumed sub role finished first)
+            return any(c.state == "taken" for c in store.consumed_groups())
 
         launch.wait_for("the sub role to take groups for its next step", sub_mid_step, poll=0.01)
     finally:

@@ -166,7 +166,9 @@ def evaluate(run: Path, trainer: str, world_url: str, *, after: bool) -> dict[st
     import torch
 
     from harness.backends import HFBackend
-    from harness.role import build_toolbox, gold_answer, last_checkpoint, load_model_for, load_role_config, r_expert
+    from harness.role.checkpoints import last_checkpoint
+    from harness.role.common import build_toolbox, gold_answer, load_model_for, load_role_config
+    from harness.role.sub import r_expert
     from harness.rollout import AgentRuntime, InProcessSubAgent, Query, SubAgentEngine, SubTask, run_group
     from harness.world.expert import answers_match, task_id
     from harness.world.generator import generate_world
@@ -247,7 +249,7 @@ def questions(world: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 def demonstrations(train: list[dict[str, Any]], toolbox: Any, mix: dict[str, tuple[int, int, int]]
                    ) -> dict[str, list[list[dict[str, str]]]]:
     """The expert's transcripts per agent, with the give-up blind spot mixed in (one of :data:`MIXES`)."""
-    from harness.agents.protocol import format_answer
+    from harness.protocol import format_answer
     from harness.warmstart import expert_demonstrations
 
     demos = expert_demonstrations(train, toolbox, noise=0.0, seed=0)

@@ -1,4 +1,5 @@
-"""The roles of a decoupled run (harness/role.py, DESIGN §3, §4) and the trainer registry (baselines).
+"""The roles of a decoupled run (harness/role/, docs/paper.md, docs/training.md), their prepared task set, and the trainer registry
+(baselines).
 
 The sub role's training path is exercised for real: a tiny-model sub-agent engine behind a real
 ``SubAgentServer`` (HTTP), the offline world served on 127.0.0.1, a sqlite store; this test plays
@@ -8,9 +9,11 @@ tiny planner almost never emits a valid ``delegate`` call.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -43,7 +46,7 @@ def test_registry_says_which_roles_each_trainer_needs():
 
 # ------------------------------------------------------------------------------- helpers
 def test_subtask_text_and_r_expert():
-    from harness.role import r_expert, subtask_text
+    from harness.role.sub import r_expert, subtask_text
     from harness.rollout import Trajectory
 
     traj = Trajectory(agent="sub_agent", query_id="q", rollout=0, call=0, prompt_ids=[1],
@@ -62,7 +65,7 @@ def test_subtask_text_and_r_expert():
 
 
 def test_step_lock_blocks_other_holders_until_released():
-    from harness.role import StepLock
+    from harness.role.sub import StepLock
 
     lock = threading.Lock()
     sl = StepLock(lock)
@@ -100,7 +103,9 @@ def _cfg(tmp_path, mode: str = "query", **over) -> TrainConfig:
 def test_world_address_is_what_the_agents_see_in_tasks_search_and_pages(tmp_path):
     """``world.address`` (issue 8): the stable address of the warm-start demonstrations in the question,
     the search results and the pages, whatever port the world server got; visits reach the live server."""
-    from harness.role import PlannerRollout, build_toolbox, load_tasks
+    from harness.role.common import build_toolbox
+    from harness.role.planner import PlannerRollout
+    from harness.role.tasks import generate_run_tasks
     from harness.world.generator import generate_world
     from harness.world.server import WorldServer
 
@@ -115,7 +120,7 @@ def test_world_address_is_what_the_agents_see_in_tasks_search_and_pages(tmp_path
             assert not page.startswith("Error") and world.base_url not in page
         finally:
             toolbox.close()
-        tasks, _ = load_tasks(cfg)
+        tasks = generate_run_tasks(cfg).by_id()
         task = next(iter(tasks.values()))
         question = PlannerRollout(cfg, tasks, None, world.base_url, None, None, None, {}).question(task)
         assert "Start from this website: http://world.local/" in question, question
@@ -125,12 +130,150 @@ def test_world_address_is_what_the_agents_see_in_tasks_search_and_pages(tmp_path
                                                 {}).question(task)
 
 
+# ------------------------------------------------------------------------------- task set
+ROOT = Path(__file__).resolve().parents[2]
+TINY_PRESETS = sorted(p for p in (ROOT / "baselines" / "configs" / "tiny").glob("*.yaml")
+                      if p.name != "warmstart.yaml" and not p.name.startswith("_"))
+
+
+def _selected_at_role_start_up(cfg: TrainConfig):
+    """What each role selected at start-up before task sets existed (harness/role.py ``load_tasks`` until
+    issue 15; stage 2's hard filter aside): the reference the prepared task set must equal, task for task."""
+    from harness.world.generator import generate_world
+    from harness.world.schemas import task_id
+    from harness.world.tasks import TaskConfig, generate_tasks, select_tasks
+
+    world = generate_world(seed=cfg.world.seed, size=cfg.world.size)
+    taskset = generate_tasks(world, TaskConfig(n_train=cfg.tasks.n_train, n_test=cfg.tasks.n_test,
+                                               test_fraction=cfg.tasks.test_fraction))
+    other = "test" if cfg.tasks.split == "train" else "train"
+
+    def selected(split: str) -> list:
+        tasks = [t for b in cfg.tasks.benchmarks for t in taskset.tasks.get((b, split), [])]
+        return select_tasks(tasks, max_hops=cfg.tasks.max_hops, templates=cfg.tasks.templates)
+
+    train = selected(cfg.tasks.split)
+    if cfg.tasks.limit is not None:
+        train = train[: cfg.tasks.limit]
+    evals = [t for b in cfg.tasks.benchmarks for t in select_tasks(
+        taskset.tasks.get((b, other), []), max_hops=cfg.tasks.max_hops, templates=cfg.tasks.templates)[: cfg.eval.n_tasks]]
+    return {task_id(t): t for t in train}, evals
+
+
+def test_the_prepared_task_set_is_what_the_roles_selected_before(tmp_path):
+    """Same tasks, same order, for every tiny preset (and a selection that uses every knob but the hard filter),
+    after the trip through the files the roles read."""
+    from harness.role.common import load_role_config
+    from harness.role.tasks import generate_run_tasks, read_run_tasks, selection, write_run_tasks
+
+    cfgs = {}
+    for path in TINY_PRESETS:
+        cfg = load_role_config(str(path), [])
+        cfgs.setdefault(json.dumps(selection(cfg), sort_keys=True), (path.name, cfg))  # presets sharing one
+    knobs = {"n_train": 8, "n_test": 3, "max_hops": 1, "limit": 5, "split": "test", "benchmarks": ["xbench", "gaia"]}
+    cfgs["knobs"] = ("knobs", _cfg(tmp_path, tasks=knobs, eval={"n_tasks": 2}))
+    assert len(TINY_PRESETS) >= 3 and len(cfgs) >= 2
+    for name, cfg in cfgs.values():
+        out = tmp_path / name
+        write_run_tasks(out, generate_run_tasks(cfg))
+        got = read_run_tasks(out, cfg)
+        train, evals = _selected_at_role_start_up(cfg)
+        assert list(got.by_id()) == list(train) and got.by_id() == train, name  # order and content
+        assert got.evals == evals, name
+        assert got.meta["n_train"] == len(train) > 0 and got.meta["world"] == {
+            "seed": cfg.world.seed, "size": cfg.world.size, "fingerprint": got.meta["world"]["fingerprint"]}
+        assert sorted(p.name for p in out.iterdir()) == ["eval.jsonl", "taskset.json", "train.jsonl"]
+
+
+def test_a_role_refuses_a_missing_edited_or_foreign_task_set(tmp_path):
+    from harness.role.tasks import TaskSetError, generate_run_tasks, read_run_tasks, write_run_tasks
+
+    cfg = _cfg(tmp_path)
+    out = tmp_path / "tasks"
+    with pytest.raises(TaskSetError, match=r"no prepared task set in .*python -m harness\.role\.tasks --config"):
+        read_run_tasks(out, cfg)
+    prepared = generate_run_tasks(cfg)
+    write_run_tasks(out, prepared)
+    assert read_run_tasks(out, cfg).train == prepared.train
+    with pytest.raises(TaskSetError, match=r"world\.seed: 0 in the task set, 1 in the config"):
+        read_run_tasks(out, _cfg(tmp_path, world={"seed": 1}))
+    with pytest.raises(TaskSetError, match=r"tasks\.max_hops: None in the task set, 1 in the config"):
+        read_run_tasks(out, _cfg(tmp_path, tasks={"max_hops": 1}))
+    with pytest.raises(TaskSetError, match=r"eval_n_tasks: 5 in the task set, 2 in the config"):
+        read_run_tasks(out, _cfg(tmp_path, eval={"n_tasks": 2}))
+    lines = (out / "train.jsonl").read_text().splitlines(keepends=True)
+    (out / "train.jsonl").write_text("".join(lines[:-1]))
+    with pytest.raises(TaskSetError, match=r"train\.jsonl does not match the sha256"):
+        read_run_tasks(out, cfg)
+    (out / "taskset.json").unlink()  # what a write cut before its end leaves: no task set
+    with pytest.raises(TaskSetError, match="no prepared task set"):
+        read_run_tasks(out, cfg)
+
+
+def test_the_launcher_prepares_the_task_set_once_and_refuses_a_foreign_one_on_resume(tmp_path, capsys, monkeypatch):
+    import yaml
+
+    import harness.train as train
+    from harness.config import to_dict
+    from harness.role.tasks import TaskSetError, read_run_tasks, write_run_tasks
+
+    cfg = _cfg(tmp_path)
+    run = tmp_path / "run"
+    prepared, reused = train.prepare_tasks(cfg, run, resume=False)
+    assert not reused and not run.exists()  # prepared before the run directory exists; launch() writes it
+    write_run_tasks(run / "tasks", prepared)
+    again, reused = train.prepare_tasks(cfg, run, resume=True)
+    assert reused and again.train == prepared.train and again.evals == prepared.evals
+    meta_path = run / "tasks" / "taskset.json"
+    meta = json.loads(meta_path.read_text())
+    (run / "tasks" / "taskset.json").unlink()  # a run made before task sets (or killed while preparing)
+    fresh, reused = train.prepare_tasks(cfg, run, resume=True)
+    assert not reused and fresh.train == prepared.train
+    meta_path.write_text(json.dumps(dict(meta, world=dict(meta["world"], fingerprint="0" * 64))))
+    with pytest.raises(TaskSetError, match="another world than the one this code generates"):
+        train.prepare_tasks(cfg, run, resume=True)  # the generator changed since the run started
+    meta_path.write_text(json.dumps(meta))
+    assert read_run_tasks(run / "tasks", cfg).train == prepared.train
+
+    # --resume of a run whose config.yaml was edited to another world: one line, exit 2, nothing started
+    other = _cfg(tmp_path, world={"seed": 1})
+    (run / "config.yaml").write_text(yaml.safe_dump(to_dict(other), sort_keys=False))
+    monkeypatch.setattr(train, "launch", lambda *a, **k: pytest.fail("launched a run whose task set does not match"))
+    assert train.main(["--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: task set {run / 'tasks'} was prepared for another world") and err.count("\n") == 1
+    assert "world.seed: 0 in the task set, 1 in the config" in err
+    assert not (run / "status.json").exists()
+
+
+def test_a_role_reads_its_task_set_before_anything_else(tmp_path):
+    """Start-up is forward only (config -> task set -> models -> tools -> trainer): without a task set the role
+    stops with a one-line error before it imports torch or loads a model."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from harness.config import to_dict
+
+    cfg_path = tmp_path / "config.yaml"
+    cfg_path.write_text(yaml.safe_dump(to_dict(_cfg(tmp_path)), sort_keys=False))
+    code = ("import sys; from harness.role.__main__ import main; rc = main(sys.argv[1:]); "
+            "print('rc', rc, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code, "--role", "planner", "--config", str(cfg_path), "--run-dir",
+                           str(tmp_path / "run"), "--world-url", "http://127.0.0.1:9"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "rc 2 False", proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"error: no prepared task set in {tmp_path / 'run' / 'tasks'}"), proc.stderr
+
+
 @pytest.fixture()
 def sub_setup(tmp_path):
     import torch
 
     torch.set_num_threads(1)
-    from harness.role import build_toolbox, load_model_for, load_tasks
+    from harness.role.common import build_toolbox, load_model_for
+    from harness.role.tasks import generate_run_tasks
     from harness.rollout import AgentRuntime, SubAgentEngine
     from harness.backends import HFBackend
     from harness.subagent_service import SubAgentServer
@@ -148,7 +291,7 @@ def sub_setup(tmp_path):
         run_dir = tmp_path / "run"
         run_dir.mkdir(exist_ok=True)
         store = open_store(f"sqlite:///{run_dir / 'store.db'}", run_id="run")
-        tasks, _ = load_tasks(cfg)
+        tasks = generate_run_tasks(cfg).by_id()
         cleanup.extend([server.stop, world.stop, toolbox.close, store.close])
         return cfg, run_dir, store, server, model, tok, tasks
 
@@ -179,7 +322,8 @@ def _play_planner(cfg, store, server, tasks, qid: str, calls_per_rollout: list[i
 
 
 def test_sub_role_trains_on_aligned_groups_from_store_and_buffer(sub_setup):
-    from harness.role import PLANNER_DONE, StepStats, _sub_trainer
+    from harness.role.common import PLANNER_DONE, StepStats
+    from harness.role.sub import build_sub_trainer
 
     cfg, run_dir, store, server, model, tok, tasks = sub_setup("query")
     # Query A: rollout 0 made 3 calls (> d = 2: one dropped), rollout 1 made none (filled from rollout 0).
@@ -191,7 +335,8 @@ def test_sub_role_trains_on_aligned_groups_from_store_and_buffer(sub_setup):
     store.put_stat(PLANNER_DONE, {"step": 2})
     assert len(server._trajectories) == 5  # the trajectories stayed in the sub role's process
 
-    trainer = _sub_trainer(cfg, run_dir, store, server, model, tok, run_dir / "sub" / "checkpoints", StepStats())
+    trainer = build_sub_trainer(cfg, run_dir, store, server, model, tok, tasks, run_dir / "sub" / "checkpoints",
+                                StepStats())
     assert trainer.args.num_generations == cfg.alignment.d * cfg.k == 4
     trainer.train()
     assert trainer.state.global_step == 2
@@ -213,22 +358,56 @@ def test_sub_role_trains_on_aligned_groups_from_store_and_buffer(sub_setup):
     assert server.engine.runtime.policy_version == 2 and store.get_policy_version("sub") == 2
     assert store.pending_groups() == []
     assert [c.query_id for c in store.consumed_groups()] == ["qa@0.0.0", "qb@0.0.1", "qc@1.0.0"]
-    assert not trainer._mgrpo_lock.held and server.lock.acquire(timeout=1)
+    assert not trainer.step_lock.held and server.lock.acquire(timeout=1)
     server.lock.release()
 
 
+def test_a_sub_agent_request_waiting_on_the_step_lock_cannot_cost_a_step_its_record(sub_setup):
+    """A sub-agent episode switches the shared model to eval mode while it generates, and TRL files a step's
+    metrics under train or eval by that mode: the step lock may only let a waiting request in once TRL has
+    logged the step (it was released at on_step_end, and tests/harness/test_resume.py once lost a step record)."""
+    from harness.role.common import PLANNER_DONE, StepStats
+    from harness.role.sub import build_sub_trainer
+
+    cfg, run_dir, store, server, model, tok, tasks = sub_setup("query")
+    _play_planner(cfg, store, server, tasks, "qa@0.0.0", [1, 1], [1.0, 0.0])
+    _play_planner(cfg, store, server, tasks, "qc@1.0.0", [1, 1], [0.0, 1.0])
+    store.put_stat(PLANNER_DONE, {"step": 2})
+    trainer = build_sub_trainer(cfg, run_dir, store, server, model, tok, tasks, run_dir / "sub" / "checkpoints",
+                                StepStats())
+    release = trainer.step_lock.release
+
+    def release_to_a_waiting_request() -> None:  # the worst interleaving: the request starts generating at once
+        held = trainer.step_lock.held
+        release()
+        if held:
+            model.eval()
+
+    trainer.step_lock.release = release_to_a_waiting_request
+    trainer.train()
+    assert [r.step for r in read_steps(run_dir / "sub" / "metrics.jsonl").records] == [1, 2]
+
+
 def test_sub_role_alignment_none_uses_fifo_chunks_across_queries(sub_setup):
-    from harness.role import PLANNER_DONE, PlannerFinished, StepStats, _sub_trainer
+    from harness.role.checkpoints import STORE_POSITION_FILE, checkpoint_complete
+    from harness.role.common import PLANNER_DONE, StepStats
+    from harness.role.sub import build_sub_trainer
 
     cfg, run_dir, store, server, model, tok, tasks = sub_setup("none")
     _play_planner(cfg, store, server, tasks, "qa@0.0.0", [1, 0], [1.0, 0.0])
     _play_planner(cfg, store, server, tasks, "qb@0.0.1", [2, 1], [0.0, 1.0])
     store.put_stat(PLANNER_DONE, {"step": 1})
     stats = StepStats()
-    trainer = _sub_trainer(cfg, run_dir, store, server, model, tok, run_dir / "sub" / "checkpoints", stats)
-    with pytest.raises(PlannerFinished):  # 4 sub-trajectories = one chunk of d*K = 4; the second step has none
-        trainer.train()
-    trainer._mgrpo_lock.release()
+    ckpts = run_dir / "sub" / "checkpoints"
+    trainer = build_sub_trainer(cfg, run_dir, store, server, model, tok, tasks, ckpts, stats)
+    # 4 sub-trajectories = one chunk of d*K = 4; the second step has none: the planner is done, so the role
+    # stops early with a full checkpoint of step 1 (no save step: save_steps follows max_steps = 2)
+    assert trainer.train_until_planner_done() == 1
+    assert not trainer.step_lock.held and server.lock.acquire(timeout=1)
+    server.lock.release()
+    assert checkpoint_complete(ckpts / "checkpoint-1", (STORE_POSITION_FILE,))
+    assert {"optimizer.pt", "scheduler.pt", "model.safetensors"} <= {p.name for p in (ckpts / "checkpoint-1").iterdir()}
+    assert store.pending_groups() == [] and all(c.state == "done" for c in store.consumed_groups())
     recs = read_steps(run_dir / "sub" / "metrics.jsonl").records
     assert len(recs) == 1 and recs[0].n_trajectories == 4
     assert recs[0].align_duplicated is None  # no alignment in the ablation
@@ -240,13 +419,15 @@ def test_sub_role_alignment_none_uses_fifo_chunks_across_queries(sub_setup):
 def test_restarted_sub_role_trains_a_redelivered_group_from_its_spool(sub_setup, tmp_path):
     """Kill after taking a group (before its checkpoint/ack): a restarted sub role gets it again,
     finds its trajectories in the run dir's spool (its in-memory buffer is gone) and trains on it."""
-    from harness.role import PLANNER_DONE, STORE_POSITION_FILE, StepStats, _sub_trainer
+    from harness.role.checkpoints import STORE_POSITION_FILE
+    from harness.role.common import PLANNER_DONE, StepStats
+    from harness.role.sub import build_sub_trainer
     from mgrpo.store import open_store
 
     cfg, run_dir, store, server, model, tok, tasks = sub_setup("query")
     cfg.sub.save_steps = 1
     ckpts = run_dir / "sub" / "checkpoints"
-    first = _sub_trainer(cfg, run_dir, store, server, model, tok, ckpts, StepStats())  # installs the spool
+    first = build_sub_trainer(cfg, run_dir, store, server, model, tok, tasks, ckpts, StepStats())  # installs the spool
     _play_planner(cfg, store, server, tasks, "qa@0.0.0", [1, 1], [1.0, 0.0])
     _play_planner(cfg, store, server, tasks, "qc@1.0.0", [2, 0], [0.0, 1.0])
     store.put_stat(PLANNER_DONE, {"step": 2})
@@ -260,8 +441,8 @@ def test_restarted_sub_role_trains_a_redelivered_group_from_its_spool(sub_setup,
 
     restarted = open_store(f"sqlite:///{run_dir / 'store.db'}", run_id="run")
     try:
-        second = _sub_trainer(cfg, run_dir, restarted, server, model, tok, ckpts, StepStats(),
-                              resume_from=str(ckpts / "checkpoint-1"))
+        second = build_sub_trainer(cfg, run_dir, restarted, server, model, tok, tasks, ckpts, StepStats(),
+                                   resume_from=str(ckpts / "checkpoint-1"))
         second.train(resume_from_checkpoint=str(ckpts / "checkpoint-1"))
         assert second.state.global_step == 2
         recs = read_steps(run_dir / "sub" / "metrics.jsonl").records
@@ -287,7 +468,8 @@ def test_sub_role_keeps_serving_after_its_last_step_until_the_planner_is_done(tm
     import yaml
 
     from harness.config import to_dict
-    from harness.role import PLANNER_DONE, SUB_URL, load_tasks
+    from harness.role.common import PLANNER_DONE, SUB_URL
+    from harness.role.tasks import generate_run_tasks, write_run_tasks
     from harness.rollout import SubTask
     from harness.subagent_service import HTTPSubAgentClient
     from harness.world.generator import generate_world
@@ -299,7 +481,9 @@ def test_sub_role_keeps_serving_after_its_last_step_until_the_planner_is_done(tm
     run_dir.mkdir()
     (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     store = open_store(f"sqlite:///{run_dir / 'store.db'}", run_id="run")
-    tasks, _ = load_tasks(cfg)
+    run_tasks = generate_run_tasks(cfg)
+    write_run_tasks(run_dir / "tasks", run_tasks)  # what the launcher does before it starts the roles
+    tasks = run_tasks.by_id()
     log = run_dir / "sub.log"
     with WorldServer(generate_world(seed=0, size="tiny")) as world, open(log, "wb") as out:
         proc = subprocess.Popen(

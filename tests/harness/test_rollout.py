@@ -1,4 +1,4 @@
-"""Batched rollouts (DESIGN §2): trajectory bookkeeping, batching, limits, in-process and HTTP sub-agent.
+"""Batched rollouts (docs/architecture.md §The agent system): trajectory bookkeeping, batching, limits, in-process and HTTP sub-agent.
 
 The episode logic is exercised with a scripted backend (a unit-test fake that returns fixed
 assistant turns as token ids, so the multi-agent flow is deterministic); the token/logprob
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from harness.agents.protocol import format_answer, format_tool_call
+from harness.protocol import format_answer, format_tool_call
 from harness.models import load_model
 from harness.rollout import (
     AgentRuntime,

@@ -1,4 +1,4 @@
-"""Rollouts with the real tiny model and the ``hf`` backend (DESIGN §2, §6).
+"""Rollouts with the real tiny model and the ``hf`` backend (docs/architecture.md §The agent system, docs/models.md).
 
 - decoding the ``env_mask == 1`` tokens gives exactly the generated text;
 - sampling logprobs recomputed by a forward pass over the whole trajectory match the ones the

@@ -120,7 +120,12 @@ def test_model_checks_follow_what_each_trainer_loads(tmp_path):
     with pytest.raises(ConfigError, match=r"^models\.sub="):
         check_models(cfg("mgrpo", sub="/nonexistent/sub"), run, resume=False)
     # a resumed mgrpo sub role starts from its own checkpoint; a frozen sub-agent always from models.sub
-    (run / "sub" / "checkpoints" / "checkpoint-2").mkdir(parents=True)
+    ckpt = run / "sub" / "checkpoints" / "checkpoint-2"
+    ckpt.mkdir(parents=True)  # half-written by a kill during its save: the role will load models.sub
+    with pytest.raises(ConfigError, match=r"^models\.sub="):
+        check_models(cfg("mgrpo", sub="/nonexistent/sub"), run, resume=True)
+    (ckpt / "trainer_state.json").write_text('{"global_step": 2}')  # written to the end (with its store position)
+    (ckpt / "mgrpo_store.json").write_text('{"max_position": 3}')
     check_models(cfg("mgrpo", sub="/nonexistent/sub"), run, resume=True)
     with pytest.raises(ConfigError, match=r"^models\.sub="):
         check_models(cfg("frozen_sub", sub="/nonexistent/sub"), run, resume=True)

@@ -10,8 +10,10 @@ from harness.config import ConfigError, from_dict, load_config
 from harness.train_config import LOSS_TYPES, TrainConfig, load_train_config
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Training presets; ``warmstart.yaml`` files are warm-start presets (checked below).
-PRESETS = sorted(p for p in (ROOT / "baselines" / "configs").glob("*/*.yaml") if p.name != "warmstart.yaml")
+#: Training presets; ``warmstart.yaml`` files are warm-start presets (checked below) and ``_*.yaml`` files are
+#: the partial bases presets inherit from (``base:``; tests/harness/test_presets.py checks the resolved values).
+PRESETS = sorted(p for p in (ROOT / "baselines" / "configs").glob("*/*.yaml")
+                 if p.name != "warmstart.yaml" and not p.name.startswith("_"))
 WARMSTART_PRESETS = sorted((ROOT / "baselines" / "configs").glob("*/warmstart.yaml"))
 
 
@@ -160,7 +162,7 @@ def test_accelerate_configs_load(name):
 
 
 def test_mgrpo_args_derive_batch_sizes(tmp_path):
-    from harness.role import mgrpo_args
+    from harness.role.common import mgrpo_args
 
     cfg = from_dict(TrainConfig, _base(planner={"gradient_accumulation_steps": 2}))
     args = mgrpo_args(cfg, "planner", tmp_path, cfg.k, cfg.planner_groups, cfg.planner_steps)
@@ -204,7 +206,7 @@ def test_report_to_is_none_by_default_and_checked(monkeypatch):
 def test_mgrpo_args_pass_report_to_and_a_run_name_per_role(tmp_path, monkeypatch):
     import os
 
-    from harness.role import mgrpo_args
+    from harness.role.common import mgrpo_args
 
     run = tmp_path / "mgrpo-s0-x"
     cfg = from_dict(TrainConfig, _base())
@@ -217,3 +219,89 @@ def test_mgrpo_args_pass_report_to_and_a_run_name_per_role(tmp_path, monkeypatch
     assert sub.report_to == ["tensorboard", "trackio"] and sub.run_name == "mgrpo-s0-x-sub"
     # transformers 5 has no logging_dir argument; its TensorBoard callback reads this variable
     assert os.environ["TENSORBOARD_LOGGING_DIR"] == str(run / "sub" / "tensorboard")
+
+
+#: Every config dataclass of the project: ``module:Class``. The test below also scans the sources, so a new
+#: ``*Config`` / ``*Section`` dataclass must be listed here (and follow the convention).
+CONFIG_CLASSES = [
+    "harness.train_config:TrainConfig", "harness.train_config:ModelsConfig", "harness.train_config:WorldSection",
+    "harness.train_config:TasksConfig", "harness.train_config:RewardsConfig", "harness.train_config:AlignmentConfig",
+    "harness.train_config:RoleTrainConfig", "harness.train_config:StoreSection", "harness.train_config:ServiceConfig",
+    "harness.train_config:EvalConfig", "harness.rollout:RolloutConfig", "harness.tools.toolbox:ToolsConfig",
+    "harness.tools.realweb:RealWebSearchConfig", "harness.tools.browser:BrowserConfig",
+    "harness.warmstart:WarmstartConfig", "harness.world.expert:ExpertConfig", "harness.world.generator:WorldConfig",
+    "harness.world.tasks:TaskConfig", "harness.models:TinyModelConfig", "harness.models:ModelSpec",
+    "mgrpo.trainer:MGRPOConfig",
+]
+
+
+def _config_class(spec: str) -> type:
+    import importlib
+
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize("spec", CONFIG_CLASSES)
+def test_every_config_field_is_typed_and_has_a_help_text(spec):
+    """One convention across the project: a dataclass, a type hint and ``metadata={"help": ...}`` per field
+    (``harness.config.help_field``; TRL's own ``field(metadata=...)`` in ``mgrpo/``)."""
+    import dataclasses
+    import inspect
+
+    cls = _config_class(spec)
+    assert dataclasses.is_dataclass(cls)
+    own = inspect.get_annotations(cls)  # MGRPOConfig: its own fields, not all of TRL's
+    fields = [f for f in dataclasses.fields(cls) if f.name in own]
+    assert fields
+    missing = [f.name for f in fields if not str(f.metadata.get("help", "")).strip()]
+    assert not missing, f"{spec}: fields without a help text: {missing}"
+
+
+def test_config_class_list_is_complete():
+    import re
+
+    listed = {spec.partition(":")[2] for spec in CONFIG_CLASSES}
+    found = set()
+    for folder in ("harness", "mgrpo", "benchmarks", "baselines"):
+        for path in (ROOT / folder).rglob("*.py"):
+            found |= set(re.findall(r"@(?:dataclasses\.)?dataclass[^\n]*\nclass (\w+(?:Config|Section))\b",
+                                    path.read_text(encoding="utf-8")))
+    assert found <= listed, f"config dataclasses not in CONFIG_CLASSES: {sorted(found - listed)}"
+
+
+def test_fields_shared_with_mgrpo_config_are_declared_once():
+    """``RoleTrainConfig`` and ``MGRPOConfig`` take the fields both have from ``mgrpo.options`` (one place)."""
+    import dataclasses
+    import inspect
+
+    from harness.train_config import RoleTrainConfig
+    from mgrpo.loss import RATIO_LEVELS as LOSS_RATIO_LEVELS
+    from mgrpo.options import OPTIONS, RATIO_LEVELS
+    from mgrpo.trainer import MGRPOConfig
+
+    role = {f.name: f for f in dataclasses.fields(RoleTrainConfig)}
+    trl = {f.name: f for f in dataclasses.fields(MGRPOConfig)}
+    shared = sorted(set(role) & set(inspect.get_annotations(MGRPOConfig)))
+    assert shared == sorted(OPTIONS) == ["bf16", "epsilon_high", "gradient_checkpointing", "loss_type", "ratio_level"]
+    for name, opt in OPTIONS.items():
+        for f in (role[name], trl[name]):
+            assert f.default == opt.default and f.metadata["help"] == opt.help
+            assert f.metadata.get("choices") == (list(opt.choices) if opt.choices else None)
+    assert RATIO_LEVELS == LOSS_RATIO_LEVELS
+    role_cfg = RoleTrainConfig()
+    assert (role_cfg.loss_type, role_cfg.ratio_level, role_cfg.epsilon_high, role_cfg.bf16) == \
+        ("mgrpo", "sequence", 0.28, None)
+
+
+def test_loading_a_preset_imports_neither_torch_nor_trl():
+    """The launcher validates a config before anything heavy starts; the options shared with ``MGRPOConfig``
+    come from the torch-free ``mgrpo.options``. A fresh interpreter, since this one has torch loaded already."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from harness.train_config import load_train_config; "
+            "load_train_config('baselines/configs/paper/mgrpo_stage2.yaml'); "
+            "print(sorted(m for m in ('torch', 'trl', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,4 +1,4 @@
-"""``python -m harness train`` end to end, one real run per trainer (DESIGN §4, §8), slow.
+"""``python -m harness train`` end to end, one real run per trainer (docs/training.md, docs/report.md), slow.
 
 Each run: the tiny preset shrunk to 2 planner steps x 2 queries x K=2, an untrained tiny model,
 16 new tokens per turn, 2 turns; real processes (world server, roles), real HTTP, a sqlite store.
@@ -45,6 +45,11 @@ def test_train_runs_roles_end_to_end(tmp_path, trainer):
     prov = json.loads((run / "provenance.json").read_text())
     assert prov["trainer"] == trainer and prov["config"]["rollout"]["k"] == 2 and prov["seeds"] == [0]
     assert (run / "config.yaml").is_file()
+    # the task set, prepared once by the launcher before the roles (which read it: --tasks)
+    meta = json.loads((run / "tasks" / "taskset.json").read_text())
+    assert meta["world"]["seed"] == 0 and meta["tasks"]["n_train"] == 4 and meta["n_train"] > 0
+    assert len((run / "tasks" / "train.jsonl").read_text().splitlines()) == meta["n_train"]
+    assert re.search(r"^\[train\] task set .*: \d+ training and 3 evaluation tasks \(prepared in", proc.stdout, re.M)
 
     steps = read_steps(run / "planner" / "metrics.jsonl").records
     assert [s.step for s in steps] == [1, 2]
@@ -139,6 +144,7 @@ def test_sigkill_of_a_role_then_resume_continues_without_lost_or_duplicated_step
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert json.loads((run / "status.json").read_text())["state"] == "completed"
+    assert "evaluation tasks (reused)" in resumed.stdout  # the run's own task set, not a new one
     steps = [s.step for s in read_steps(run / "planner" / "metrics.jsonl").records]
     assert steps == [1, 2, 3, 4, 5, 6]  # none lost, none twice (records after the checkpoint were replayed)
     assert (run / "planner" / "checkpoints" / "checkpoint-6").is_dir()

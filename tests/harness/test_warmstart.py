@@ -1,4 +1,4 @@
-"""Warm start (DESIGN §5, §6): demonstrations from the scripted expert, tokenised as rollouts are,
+"""Warm start (docs/world.md, docs/models.md): demonstrations from the scripted expert, tokenised as rollouts are,
 loss on model tokens only; the command end to end on a tiny budget."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fixtures for the mgrpo tests: a real ``redis-server`` for the store contract (DESIGN §4, §10).
+"""Fixtures for the mgrpo tests: a real ``redis-server`` for the store contract (docs/training.md, docs/CONTRIBUTING.md §Tests).
 
 ``redis_server`` starts one server per test session (per xdist worker) on a free 127.0.0.1 port
 and stops it at the end; tests isolate themselves with a distinct ``run_id`` (every key of a run is

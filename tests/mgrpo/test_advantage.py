@@ -1,4 +1,4 @@
-"""Tests for mgrpo.advantage (DESIGN §3 "Advantages": population std, all-equal group -> 0)."""
+"""Tests for mgrpo.advantage (docs/paper.md §Advantages: population std, all-equal group -> 0)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Tests for mgrpo.alignment (DESIGN §3 "Trajectory alignment", §4 `alignment: none`)."""
+"""Tests for mgrpo.alignment (docs/paper.md §Trajectory alignment, docs/paper.md §Trajectory alignment `alignment: none`)."""
 
 import os
 import subprocess

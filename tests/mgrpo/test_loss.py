@@ -1,4 +1,4 @@
-"""Tests for mgrpo.loss (DESIGN §3 "Objective"): values and gradients against a naive
+"""Tests for mgrpo.loss (docs/paper.md §Objective): values and gradients against a naive
 per-trajectory Python loop, hand cases for the clip fraction, masking and validation."""
 
 import math
@@ -12,7 +12,7 @@ EPS_LOW, EPS_HIGH = 0.2, 0.28
 
 
 def naive_loss(lp, old, adv, mask, level, eps_low=EPS_LOW, eps_high=EPS_HIGH, denom=None):
-    """Direct transcription of DESIGN §3, one trajectory and one token at a time."""
+    """Direct transcription of docs/paper.md, one trajectory and one token at a time."""
     B, T = lp.shape
     total = lp.new_zeros(())
     for i in range(B):

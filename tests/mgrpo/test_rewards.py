@@ -1,4 +1,4 @@
-"""Tests for mgrpo.rewards (DESIGN §3 "Rewards")."""
+"""Tests for mgrpo.rewards (docs/paper.md §Rewards)."""
 
 import math
 

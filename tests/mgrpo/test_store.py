@@ -1,4 +1,4 @@
-"""Contract tests of the shared store (DESIGN §4), run identically on both backends: SQLite in a
+"""Contract tests of the shared store (docs/training.md), run identically on both backends: SQLite in a
 temporary directory and a real ``redis-server`` started by the ``redis_server`` fixture."""
 
 from __future__ import annotations

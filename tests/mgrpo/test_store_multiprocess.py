@@ -1,4 +1,4 @@
-"""Several processes on one store (DESIGN §4), on both backends:
+"""Several processes on one store (docs/training.md), on both backends:
 
 - 4 writer processes upsert interleaved rollouts of many groups (with retried re-writes) while 2
   consumer processes of the same consumer name take and ack groups: every group handed out exactly

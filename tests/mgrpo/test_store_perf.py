@@ -1,4 +1,4 @@
-"""Store write throughput (DESIGN §4), measured with pytest-benchmark: rollout upserts per second on
+"""Store write throughput (docs/training.md), measured with pytest-benchmark: rollout upserts per second on
 each backend with 1 writer process and with 4 concurrent writer processes.
 
 Each round sends "write N fresh rollouts" to already-running writer processes (spawned once, so

@@ -1,4 +1,4 @@
-"""Tests for mgrpo.trainer (DESIGN §3 "Mapping onto TRL"): the M-GRPO TRL glue on a tiny model.
+"""Tests for mgrpo.trainer (docs/trainer.md): the M-GRPO TRL glue on a tiny model.
 
 A deterministic toy ``rollout_func`` builds multi-turn trajectories (model tokens, an observation
 with ``env_mask`` 0, more model tokens, EOS) and a ``reward`` column from a fixed table, so every
@@ -206,7 +206,7 @@ def test_train_two_steps_runs_updates_and_logs(tmp_path, ratio_level):
     assert trainer.state.global_step == 2
     assert len(records) == 2 and [r.mode for r in records] == ["train", "train"]
     assert all(rollout.training_flags), "the rollout must be called with the model in train mode"
-    # TRL hands the rollout each prompt repeated K times side by side (DESIGN §3 note).
+    # TRL hands the rollout each prompt repeated K times side by side (docs/trainer.md).
     for call in rollout.calls:
         assert len(call) == K * len(QUERIES)
         assert all(len(set(call[i : i + K])) == 1 for i in range(0, len(call), K))

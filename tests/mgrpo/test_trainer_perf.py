@@ -1,4 +1,4 @@
-"""Performance of the M-GRPO TRL glue (DESIGN §3 "Mapping onto TRL"; issue target: an M-GRPO
+"""Performance of the M-GRPO TRL glue (docs/trainer.md; issue target: an M-GRPO
 optimizer step costs at most 1.15x a stock ``GRPOTrainer`` step).
 
 Side by side in one process: an :class:`MGRPOTrainer` step (``loss_type="mgrpo"``, M-GRPO

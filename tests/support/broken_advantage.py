@@ -13,5 +13,5 @@ from mgrpo.advantage import group_advantages
 
 
 def sign_flipped(rewards: Sequence[float]) -> list[float]:
-    """Minus the DESIGN §3 advantages: pushes the policy *away* from its better rollouts."""
+    """Minus the advantages of docs/paper.md: pushes the policy *away* from its better rollouts."""
     return [-a for a in group_advantages(rewards)]

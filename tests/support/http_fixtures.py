@@ -1,4 +1,4 @@
-"""Local HTTP fixture servers for the tool tests (DESIGN §5 "Tool backends").
+"""Local HTTP fixture servers for the tool tests (docs/tools.md).
 
 Real HTTP on 127.0.0.1 (stdlib ``http.server``, port 0, one thread per request) serving the
 page types the ``visit`` backends must handle: a simple article, a page with nav/links/tables/

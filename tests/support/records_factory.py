@@ -1,4 +1,4 @@
-"""Seeded generator of realistic run records and run folders for tests (DESIGN §8 layout).
+"""Seeded generator of realistic run records and run folders for tests (docs/report.md layout).
 
 ``make_experiment(root, ...)`` writes ``root/<run_id>/`` folders exactly as roles and the
 evaluation suite do (provenance.json, status.json, <role>/metrics.jsonl, eval/<step>/<bench>.jsonl)
@@ -9,7 +9,9 @@ Realism: accuracy and reward rise from a shared start towards an arm-specific pl
 noise; mgrpo (and its alignment ablation) has a trained sub-agent role; the planner records a
 sub-calls histogram of K*Q rollouts and the sub-agent the alignment counters for d = 8; runs can
 be shortened, crash (status failed, optionally a half-written last line), collapse (reward and
-accuracy fall and stay down), or miss a seed. Everything is deterministic in ``seed``.
+accuracy fall and stay down), or miss a seed. Task records carry a transcript (issue 15, built with
+:func:`harness.transcript.messages_transcript`, see :func:`task_transcript`) unless the run's spec says
+``transcripts=False``. Everything is deterministic in ``seed``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from harness import records as rec
+from harness.transcript import messages_transcript
 
 BENCHMARKS = ("local_gaia", "local_webwalkerqa", "local_xbench")
 TRAINERS = ("single_agent", "frozen_sub", "mgrpo")
@@ -47,6 +50,8 @@ class RunSpec:
     final_acc: float | None = None
     provenance: bool = True
     config: dict[str, Any] = field(default_factory=dict)
+    transcripts: bool = True
+    """Task records carry a transcript (:func:`task_transcript`)."""
 
     @property
     def label(self) -> str:
@@ -83,11 +88,12 @@ def make_experiment(root: str | Path, *, trainers: tuple[str, ...] = TRAINERS,
                     final_acc: dict[str, float] | None = None,
                     overrides: dict[tuple[str, int], dict[str, Any]] | None = None,
                     missing: tuple[tuple[str, int], ...] = (), with_align_none: bool = False,
-                    specs: list[RunSpec] | None = None) -> Experiment:
+                    specs: list[RunSpec] | None = None, transcripts: bool = True) -> Experiment:
     """Write an experiment of trainers × seeds runs under ``root``; returns the ground truth.
 
     ``overrides[(arm, seed)]`` sets RunSpec fields of one run (steps, state, collapse_at, ...);
-    ``missing`` leaves runs out; ``with_align_none`` adds the Fig. 8 ablation arm.
+    ``missing`` leaves runs out; ``with_align_none`` adds the Fig. 8 ablation arm;
+    ``transcripts`` is every generated spec's default.
     """
     root = Path(root)
     finals = {**DEFAULT_FINAL, **(final_acc or {})}
@@ -99,7 +105,7 @@ def make_experiment(root: str | Path, *, trainers: tuple[str, ...] = TRAINERS,
                 if (arm, s) in missing:
                     continue
                 trainer = "mgrpo" if arm.startswith("mgrpo") else arm
-                spec = RunSpec(trainer=trainer, seed=s, steps=steps,
+                spec = RunSpec(trainer=trainer, seed=s, steps=steps, transcripts=transcripts,
                                arm=arm if arm != trainer else None,
                                config={"trainer": trainer, "K": K, "d": D,
                                        "mgrpo": {"alignment": "none" if "none" in arm else "fixed_d"}})
@@ -191,20 +197,53 @@ def _write_run(exp: Experiment, spec: RunSpec, rng: np.random.Generator, n_tasks
             toks = rng.integers(200, 2000, size=n_tasks)
             lat = rng.uniform(0.5, 5, size=n_tasks)
             for t, ok in enumerate(outcome):
+                task_id = f"{bench}-{t:04d}"
                 trec = rec.TaskRecord(
                     run_id=spec.run_id, trainer=spec.trainer, seed=spec.seed, step=step,
-                    benchmark=bench, benchmark_version="1", task_id=f"{bench}-{t:04d}",
+                    benchmark=bench, benchmark_version="1", task_id=task_id,
                     correct=bool(ok), prediction="answer" if ok else "wrong", gold="answer",
                     judge="exact", verdict="correct" if ok else "incorrect",
                     error="timeout" if (errs[t] and not ok) else None, n_turns=int(turns[t]),
                     n_sub_calls=0 if spec.trainer == "single_agent" else int(subs[t]),
-                    n_tokens=int(toks[t]), latency_s=float(lat[t]))
+                    n_tokens=int(toks[t]), latency_s=float(lat[t]),
+                    transcript=task_transcript(task_id, "answer" if ok else "wrong",
+                                               multi=spec.trainer != "single_agent")
+                    if spec.transcripts else None)
                 lines.append(rec.to_dict(trec))
             _write_lines(rp.eval_file(step, bench), lines)
 
     if spec.state is not None:
         info = {"error": "RuntimeError: CUDA out of memory (simulated)"} if spec.state == "failed" else {}
         rec.write_status(rp.root, spec.state, **info)
+
+
+def task_transcript(task_id: str, prediction: str, *, multi: bool = True) -> dict[str, Any]:
+    """A realistic transcript of one evaluated task: the planner delegates once, the sub-agent
+    searches (a long observation, cut to the stated size) and answers, the planner answers
+    ``prediction``; ``multi=False``: the single agent searches itself. Each model turn names the
+    task, so a test can find a given task's transcript in a page."""
+    question = f"Question {task_id}: who founded the lab that made the device, and when?"
+    results = "".join(f"{i}. Result {i} for {task_id}\nurl: http://world.local/p/{task_id}/{i}\n"
+                      f"snippet: the lab was founded by someone in a year.\n" for i in range(1, 16))
+    search = (f'I will search for {task_id}. <tool_call>{{"name": "search", "arguments": '
+              f'{{"query": "{task_id} founder"}}}}</tool_call>')
+    reasoning = f"The results for {task_id} point to {prediction}. <answer>{prediction}</answer>"
+    if not multi:
+        return messages_transcript(
+            [{"role": "system", "content": "You are a research agent."}, {"role": "user", "content": question},
+             {"role": "assistant", "content": search}, {"role": "tool", "content": results},
+             {"role": "assistant", "content": reasoning}], agent="single_agent", end_reason="answer")
+    planner = [{"role": "system", "content": "You are a planner."}, {"role": "user", "content": question},
+               {"role": "assistant", "content": f'Delegating {task_id}. <tool_call>{{"name": "delegate", '
+                                                f'"arguments": {{"task": "find the founder of {task_id}"}}}}</tool_call>'},
+               {"role": "tool", "content": f"sub-agent: {prediction}"},
+               {"role": "assistant",
+                "content": f"The sub-agent says {prediction}. <answer>{prediction}</answer>"}]
+    sub = [{"role": "system", "content": "You are a sub-agent."},
+           {"role": "user", "content": f"find the founder of {task_id}"},
+           {"role": "assistant", "content": search}, {"role": "tool", "content": results},
+           {"role": "assistant", "content": reasoning}]
+    return messages_transcript(planner, sub_calls=[sub], end_reason="answer")
 
 
 def final_accuracy(exp: Experiment, run_id: str, bench: str) -> float:

@@ -1,4 +1,4 @@
-"""A throw-away real ``redis-server`` for tests (DESIGN §4, §10: "tests start their own server on a
+"""A throw-away real ``redis-server`` for tests (docs/training.md, docs/CONTRIBUTING.md §Tests: "tests start their own server on a
 free loopback port and stop it").
 
 Usage::

@@ -1,4 +1,4 @@
-"""Child-process entry points for the multi-process store tests and benchmarks (DESIGN §4: roles are
+"""Child-process entry points for the multi-process store tests and benchmarks (docs/training.md: roles are
 separate processes sharing one store). Kept outside the test modules so ``spawn`` children import
 only this module and ``mgrpo.store``, not pytest.
 

@@ -1,4 +1,4 @@
-"""Unit and fuzz tests of the turn parser (DESIGN §2, harness.agents.parsing)."""
+"""Unit and fuzz tests of the turn parser (docs/architecture.md §The agent system, harness.agents.parsing)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.agents.parsing import FinalAnswer, FormatError, ToolCall, parse_turn
-from harness.agents.protocol import TOOL_ARGUMENTS, format_answer, format_tool_call
+from harness.protocol import TOOL_ARGUMENTS, format_answer, format_tool_call
 
 SUB = {"search", "visit"}
 PLANNER = {"delegate"}

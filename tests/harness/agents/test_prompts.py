@@ -1,4 +1,4 @@
-"""Tests of harness.agents.prompts: system prompts, rendering with tools, episode token pieces (DESIGN §2)."""
+"""Tests of harness.agents.prompts: system prompts, rendering with tools, episode token pieces (docs/architecture.md §The agent system)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from harness.agents.prompts import (
     initial_messages,
     render_chat,
 )
-from harness.agents.protocol import format_answer, format_tool_call, render_search_results, SearchHit
+from harness.protocol import format_answer, format_tool_call, render_search_results, SearchHit
 from harness.models import build_tiny_tokenizer
 
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""The visit allowlist (DESIGN §5): schemes, hosts, ports, real-web opt-in."""
+"""The visit allowlist (docs/tools.md): schemes, hosts, ports, real-web opt-in."""
 
 from __future__ import annotations
 

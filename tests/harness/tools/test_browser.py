@@ -1,4 +1,4 @@
-"""The Playwright pool (DESIGN §5): parity with the direct backend, isolation, concurrency.
+"""The Playwright pool (docs/tools.md): parity with the direct backend, isolation, concurrency.
 
 Real Chromium (``/usr/bin/chromium``) against real HTTP servers on 127.0.0.1.
 """

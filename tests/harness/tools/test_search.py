@@ -1,4 +1,4 @@
-"""The ``search`` tool and the real-web search client (DESIGN §5), against a local stub API."""
+"""The ``search`` tool and the real-web search client (docs/tools.md), against a local stub API."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from harness.agents.protocol import SearchHit
+from harness.protocol import SearchHit
 from harness.config import ConfigError
 from harness.tools.realweb import RealWebSearch, RealWebSearchConfig, RealWebSearchError
 from harness.tools.search import SearchTool, bind_base_url

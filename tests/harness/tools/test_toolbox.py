@@ -1,10 +1,10 @@
-"""``WebToolbox`` / ``build_toolbox`` / ``ToolsConfig`` (DESIGN §2, §5): the Toolbox contract."""
+"""``WebToolbox`` / ``build_toolbox`` / ``ToolsConfig`` (docs/architecture.md §The agent system, docs/tools.md): the Toolbox contract."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.agents.protocol import SearchHit, Toolbox
+from harness.protocol import SearchHit, Toolbox
 from harness.config import ConfigError, from_dict
 from harness.tools.browser import BrowserPool
 from harness.tools.toolbox import ToolsConfig, WebToolbox, build_toolbox

@@ -1,4 +1,4 @@
-"""Performance of ``visit`` (pytest-benchmark; DESIGN §5 tool backends).
+"""Performance of ``visit`` (pytest-benchmark; docs/tools.md tool backends).
 
 Targets from the issue, reported, not asserted (CONTRIBUTING: no wall-clock asserts): median
 visit of a local page < 150 ms with Playwright and < 20 ms with the direct backend, on the

@@ -1,4 +1,4 @@
-"""``visit`` on real HTTP, run against both backends with the same expectations (DESIGN §5).
+"""``visit`` on real HTTP, run against both backends with the same expectations (docs/tools.md).
 
 Each test runs once with the direct HTTP backend and once with the Playwright pool (Chromium);
 the page server and a "foreign" server (not allowlisted, counting its hits) are real

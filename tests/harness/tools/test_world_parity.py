@@ -1,4 +1,4 @@
-"""Integration with the offline world (DESIGN §5): both visit backends return the same text.
+"""Integration with the offline world (docs/tools.md): both visit backends return the same text.
 
 On a generated world served by ``WorldServer`` on 127.0.0.1:
 

@@ -1,4 +1,4 @@
-"""Scripted expert planner / sub-agent (DESIGN §2, §5, §6; harness.world.expert)."""
+"""Scripted expert planner / sub-agent (docs/architecture.md §The agent system, docs/world.md, docs/models.md; harness.world.expert)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_systematic_planner_blind_spot_by_template(tasks, toolbox):
     assert hit
     assert not any(run_expert_episode(t, toolbox, seed=0, config=cfg).correct for t in hit)
     assert all(run_expert_episode(t, toolbox, seed=0, config=cfg).correct for t in rest)
-    # a partial blind spot: usually wrong, sometimes right (what RL can fix, DESIGN §6)
+    # a partial blind spot: usually wrong, sometimes right (what RL can fix, docs/architecture.md §Making the tiny default learn)
     cfg = ExpertConfig(template_rates={spot: {"decompose": 0.7}})
     wins = sum(run_expert_episode(hit[0], toolbox, seed=s, config=cfg).correct for s in range(40))
     assert 3 <= wins <= 25
@@ -207,7 +207,7 @@ def test_single_agent_transcripts(tasks, toolbox):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_micro_worlds_are_fully_solvable(seed):
-    """DESIGN §6 recipe: many fresh small worlds (~44 pages) so nothing can be memorised."""
+    """the recipe of docs/architecture.md §Making the tiny default learn: many fresh small worlds (~44 pages) so nothing can be memorised."""
     w = generate_world(WorldConfig(seed=seed, size="tiny", n_orgs=2, n_people=6, n_cities=2, n_products=2,
                                    n_events=1, n_countries=1))
     ts = generate_tasks(w, TaskConfig(n_train=30, n_test=10, verify=False))

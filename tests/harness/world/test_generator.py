@@ -1,4 +1,4 @@
-"""World generator and HTML sites (DESIGN §5, harness.world.generator / render)."""
+"""World generator and HTML sites (docs/world.md, harness.world.generator / render)."""
 
 from __future__ import annotations
 

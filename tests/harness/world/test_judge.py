@@ -1,4 +1,4 @@
-"""Offline expert judge of sub-agent results (DESIGN §3 r_expert, §5; harness.world.judge)."""
+"""Offline expert judge of sub-agent results (docs/paper.md r_expert, docs/world.md; harness.world.judge)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""BM25 search over the world (DESIGN §5, §6: exact title -> first; harness.world.search)."""
+"""BM25 search over the world (docs/world.md, docs/architecture.md §Making the tiny default learn: exact title -> first; harness.world.search)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from harness.agents.protocol import SearchHit, render_search_results
+from harness.protocol import SearchHit, render_search_results
 from harness.world.generator import WorldConfig, generate_world
 from harness.world.search import SNIPPET_CHARS, SearchIndex, tokenize
 

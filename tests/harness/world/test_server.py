@@ -1,4 +1,4 @@
-"""Local HTTP server of the world and its CLI (DESIGN §5, harness.world.server / cli)."""
+"""Local HTTP server of the world and its CLI (docs/world.md, harness.world.server / cli)."""
 
 from __future__ import annotations
 

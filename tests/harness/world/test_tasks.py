@@ -1,4 +1,4 @@
-"""Local tasks in the GAIA / WebWalkerQA / XBench schemas (DESIGN §5, harness.world.tasks)."""
+"""Local tasks in the GAIA / WebWalkerQA / XBench schemas (docs/world.md, harness.world.tasks)."""
 
 from __future__ import annotations
 

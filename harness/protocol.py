@@ -1,4 +1,4 @@
-"""The message protocol shared by every agent, the scripted expert and the parser (DESIGN §2).
+"""The message protocol shared by every agent, the scripted expert and the parser (docs/architecture.md §The agent system).
 
 One turn is one assistant message holding **either** exactly one tool call **or** a final
 answer:

@@ -1,0 +1,211 @@
+"""What the planner role and the sub role share (docs/paper.md, docs/training.md, docs/report.md): store signals, config and model
+loading, the toolbox, the TRL arguments of a role and its per-step records.
+
+* :data:`PLANNER_DONE`, :data:`SUB_URL`: the store stats through which the roles coordinate;
+  :func:`store_url` picks the store (``store.url`` or the run directory's sqlite file).
+* :func:`load_model_for` loads an agent's model from a name, a path or a warm-start directory;
+  :func:`make_backend` wraps it for generation (in-process HF, or a vLLM server).
+* :func:`build_toolbox`: ``search`` over the world's BM25 index + ``visit`` on the world server. It
+  regenerates the world from its seed for the index (measured: docs/training.md "Task set").
+* :func:`mgrpo_args`: a role's :class:`mgrpo.trainer.MGRPOConfig` from its config section.
+* :class:`StepStats` and :func:`make_step_recorder`: one :class:`harness.records.StepRecord` per optimizer
+  step, from TRL's logs plus what the rollout measured.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.config import ConfigError, from_dict, load_yaml
+from harness.records import StepRecord, append_step
+from harness.train_config import TrainConfig
+
+#: Store stat the planner role sets when it has finished (the sub role then drains and stops).
+PLANNER_DONE = "planner_done"
+#: Store stat the sub role sets to publish its service URL.
+SUB_URL = "sub_url"
+#: Query-id prefix of evaluation episodes (their sub-trajectories are never trained on).
+EVAL_PREFIX = "eval/"
+_WARM_START_DIRS = {"planner": "planner", "single_agent": "single_agent", "sub_agent": "sub_agent"}
+
+
+# ------------------------------------------------------------------------------ config, store
+def load_role_config(path: str, overrides: list[str]) -> TrainConfig:
+    """The run config a role reads (``<run>/config.yaml``) with ``key.path=value`` overrides."""
+    from harness.config import apply_overrides
+
+    data = apply_overrides(load_yaml(path), overrides)
+    return from_dict(TrainConfig, data, where=path)
+
+
+def store_url(cfg: TrainConfig, run_dir: Path) -> str:
+    """``store.url``, else the embedded sqlite store of the run directory (docs/report.md layout)."""
+    from harness.records import RunPaths
+
+    return cfg.store.url or f"sqlite:///{RunPaths(run_dir).store_db.resolve()}"
+
+
+# ------------------------------------------------------------------------------ models, tools
+def load_model_for(name: str, agent: str, cfg: TrainConfig) -> tuple[Any, Any]:
+    """(model, tokenizer) of ``agent`` from a model name/path or a warm-start directory."""
+    from harness.models import ModelSpec, load_model
+
+    root = Path(name)
+    sub = root / _WARM_START_DIRS[agent]
+    if root.is_dir() and sub.is_dir():
+        name = str(sub)
+    spec = ModelSpec(name=name, seed=cfg.models.init_seed, dtype=cfg.models.dtype, cache_dir=cfg.models.cache_dir)
+    return load_model(spec)
+
+
+def make_backend(model: Any, tokenizer: Any, vllm_url: str | None) -> Any:
+    from harness.backends import HFBackend, VLLMBackend
+
+    return VLLMBackend(vllm_url) if vllm_url else HFBackend(model, tokenizer)
+
+
+def build_toolbox(cfg: TrainConfig, world_url: str) -> Any:
+    """``search`` (BM25 over the world's pages, built here) and ``visit`` (the world server at ``world_url``).
+
+    The world is regenerated from ``world.seed`` / ``world.size`` for the search index: deterministic, and
+    cheap next to loading a model (the world server does the same); the tasks are not (they are read from
+    the prepared task set, :mod:`harness.role.tasks`)."""
+    from harness.tools.toolbox import AddressedToolbox
+    from harness.tools.toolbox import build_toolbox as _build
+    from harness.world.generator import generate_world
+    from harness.world.search import SearchIndex
+
+    world = generate_world(seed=cfg.world.seed, size=cfg.world.size)
+    toolbox = _build(cfg.tools, SearchIndex.build(world), world_url)
+    return AddressedToolbox(toolbox, cfg.world.address, world_url) if cfg.world.address else toolbox
+
+
+# ------------------------------------------------------------------------------ rollouts
+def gold_answer(task: dict[str, Any]) -> str:
+    return str(task["gold"]["answer"])
+
+
+def mean_of(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def append_completion(out: dict[str, list[Any]], traj: Any, reward: float) -> None:
+    """Add one trajectory as a ``rollout_func`` completion (the columns TRL and the reward read)."""
+    out["prompt_ids"].append(list(traj.prompt_ids))
+    out["completion_ids"].append(list(traj.completion_ids))
+    out["logprobs"].append(list(traj.logprobs))
+    out["env_mask"].append(list(traj.env_mask))
+    out["reward"].append(reward)
+    out["query_id"].append(traj.query_id)
+    out["rollout"].append(traj.rollout)
+
+
+# ------------------------------------------------------------------------------ TRL trainer
+@dataclass
+class StepStats:
+    """What a rollout measured for the step record of the optimizer step that follows it."""
+
+    rollout_s: float = 0.0
+    wait_s: float = 0.0
+    rollout_end: float = 0.0
+    n_trajectories: int = 0
+    n_model_tokens: int = 0
+    components: dict[str, float] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def trainer_callback_base() -> type:
+    """``transformers.TrainerCallback``, imported when a role builds its trainer (not when this module loads)."""
+    from transformers import TrainerCallback
+
+    return TrainerCallback
+
+
+def make_step_recorder(role: str, cfg: TrainConfig, run_dir: Path, stats: StepStats, on_step: Any = None) -> Any:
+    """A TrainerCallback writing one StepRecord per optimizer step (docs/report.md) from TRL's logs + ``stats``."""
+    base = trainer_callback_base()
+
+    class StepRecorder(base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            self.train_s = 0.0
+            self.last_step = -1
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.train_s = time.perf_counter() - stats.rollout_end if stats.rollout_end else 0.0
+            if on_step is not None:
+                on_step(int(state.global_step))
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
+            logs = logs or {}
+            step = int(state.global_step)
+            if not state.is_world_process_zero:
+                return  # one record per step, not one per data-parallel process
+            if step == self.last_step or "reward" not in logs:
+                return  # the end-of-training summary, or a second log of the same step
+            self.last_step = step
+            rec = StepRecord(
+                run_id=run_dir.name, trainer=str(cfg.trainer), role=role, seed=cfg.seed, step=step,
+                time=time.time(), reward_mean=logs.get("reward"), reward_std=logs.get("reward_std"),
+                reward_components=dict(stats.components), advantage_abs_mean=logs.get("advantage_abs_mean"),
+                frac_zero_std_groups=logs.get("frac_zero_std_groups"), policy_loss=logs.get("policy_loss"),
+                clip_ratio=logs.get("clip_ratio/region_mean"), entropy=logs.get("entropy"),
+                grad_norm=logs.get("grad_norm"), kl=logs.get("kl"), n_trajectories=stats.n_trajectories,
+                n_model_tokens=stats.n_model_tokens, rollout_s=round(stats.rollout_s, 4),
+                train_s=round(self.train_s, 4), wait_s=round(stats.wait_s, 4), policy_version=step,
+                extra=dict(stats.extra), **stats.fields,
+            )
+            append_step(run_dir, rec)
+            print(f"[{role}] step {step}: reward {rec.reward_mean:.3f} rollout {rec.rollout_s:.1f}s "
+                  f"wait {rec.wait_s:.1f}s train {rec.train_s:.1f}s", flush=True)
+
+    return StepRecorder()
+
+
+def mgrpo_args(cfg: TrainConfig, role: str, out_dir: Path, group_size: int, n_groups: int, max_steps: int) -> Any:
+    """The ``MGRPOConfig`` of a role from its config section (batch sizes derived, docs/paper.md).
+
+    ``out_dir`` is ``<run>/<role>/checkpoints``. TRL also reports to the trackers of ``report_to``
+    under the run name ``<run_id>-<role>``; TensorBoard writes to ``<run>/<role>/tensorboard``."""
+    import torch
+
+    from harness.train_config import report_targets
+    from mgrpo.trainer import MGRPOConfig
+
+    sec = cfg.planner if role == "planner" else cfg.sub
+    n_proc = int(os.environ.get("WORLD_SIZE", "1"))
+    if n_proc != sec.num_processes:
+        raise ConfigError(f"{role}.num_processes={sec.num_processes} but this role runs with {n_proc} processes "
+                          f"(WORLD_SIZE); set {role}.num_processes={n_proc}")
+    per_device = n_groups * group_size // sec.micro_batches
+    report_to = report_targets(cfg.report_to)
+    role_dir = out_dir.parent
+    if "tensorboard" in report_to:
+        # transformers 5 has no TrainingArguments.logging_dir: its TensorBoard callback reads this variable
+        # (else it writes under output_dir, among the checkpoints). One folder per role, so `tensorboard
+        # --logdir runs/` shows every run and role apart.
+        os.environ["TENSORBOARD_LOGGING_DIR"] = str(role_dir / "tensorboard")
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(out_dir), num_generations=group_size, per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=sec.gradient_accumulation_steps, max_steps=max_steps,
+        learning_rate=sec.learning_rate, lr_scheduler_type=sec.lr_scheduler_type, warmup_steps=sec.warmup_steps,
+        weight_decay=sec.weight_decay, max_grad_norm=sec.max_grad_norm, loss_type=sec.loss_type,
+        ratio_level=sec.ratio_level, epsilon=sec.epsilon, epsilon_high=sec.epsilon_high, beta=sec.beta,
+        temperature=max(cfg.rollout.temperature, 1e-6), seed=cfg.seed, disable_tqdm=True,
+        report_to=report_to or "none", run_name=f"{role_dir.parent.name}-{role}",
+        save_strategy="steps", save_steps=sec.save_steps or max_steps, save_only_model=False,
+        logging_steps=1, bf16=sec.bf16, gradient_checkpointing=sec.gradient_checkpointing,
+        dataloader_num_workers=0, shuffle_dataset=True,
+    )
+    if not torch.cuda.is_available():
+        kwargs["use_cpu"] = True
+    if sec.vllm_url:
+        kwargs.update(use_vllm=True, vllm_mode="server", vllm_server_base_url=sec.vllm_url,
+                      vllm_importance_sampling_correction=False)
+    kwargs.update(sec.trl)
+    return MGRPOConfig(**kwargs)
