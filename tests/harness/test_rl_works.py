@@ -179,6 +179,9 @@ def evaluate(run: Path, trainer: str, world_url: str, *, after: bool) -> dict[st
 
     def policy(role: str, agent: str) -> tuple[Any, Any]:
         ckpt = last_checkpoint(run / role / "checkpoints") if after else None
+        frozen = run / role / "checkpoints" / "checkpoint-0"
+        if after and ckpt is None and frozen.is_dir():
+            ckpt = str(frozen)  # frozen_sub's sub-agent: its weights saved as they are, no trainer state
         assert ckpt or not after, f"{run}: no checkpoint under {role}/checkpoints"
         model, tok = load_model_for(ckpt or (cfg.models.planner if role == "planner" else cfg.models.sub), agent, cfg)
         return model.eval(), tok
