@@ -31,7 +31,6 @@ PLANNER_DONE = "planner_done"
 SUB_URL = "sub_url"
 #: Query-id prefix of evaluation episodes (their sub-trajectories are never trained on).
 EVAL_PREFIX = "eval/"
-_WARM_START_DIRS = {"planner": "planner", "single_agent": "single_agent", "sub_agent": "sub_agent"}
 
 
 # ------------------------------------------------------------------------------ config, store
@@ -53,10 +52,10 @@ def store_url(cfg: TrainConfig, run_dir: Path) -> str:
 # ------------------------------------------------------------------------------ models, tools
 def load_model_for(name: str, agent: str, cfg: TrainConfig) -> tuple[Any, Any]:
     """(model, tokenizer) of ``agent`` from a model name/path or a warm-start directory."""
-    from harness.models import ModelSpec, load_model
+    from harness.models import WARM_START_DIRS, ModelSpec, load_model
 
     root = Path(name)
-    sub = root / _WARM_START_DIRS[agent]
+    sub = root / WARM_START_DIRS[agent]
     if root.is_dir() and sub.is_dir():
         name = str(sub)
     spec = ModelSpec(name=name, seed=cfg.models.init_seed, dtype=cfg.models.dtype, cache_dir=cfg.models.cache_dir)
