@@ -64,6 +64,37 @@ from typing import Any, Callable
 
 import pytest
 
+from baselines import TRAINERS
+from benchmarks.base import BenchmarkDataMissing, BenchmarkError
+from benchmarks.judges import get_judge, list_judges
+from benchmarks.local import LocalBenchmark
+from benchmarks.registry import benchmark_class, list_benchmarks
+from benchmarks.runners import (
+    EXPERT,
+    LocalWorld,
+    NoRunFound,
+    RunnerContext,
+    RunnerError,
+    build_runner,
+    model_target,
+    resolve_target,
+    resolve_weights,
+    runner_names,
+    unsupported,
+)
+from benchmarks.scoring import accuracy
+from harness.records import (
+    RUN_STATES,
+    RunPaths,
+    TaskRecord,
+    append_task,
+    read_status,
+    read_tasks,
+    write_provenance,
+    write_status,
+)
+from harness.world.generator import SIZES
+
 DEFAULT_BENCHES = ("local_gaia", "local_xbench", "local_webwalkerqa")
 SESSION_KEY = "mgrpo_eval_session"
 NOT_RUN = "NOT_RUN"
@@ -72,14 +103,16 @@ _ITEM_ID = re.compile(r"\[([A-Za-z0-9_]+)::(.*)\]$")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from baselines import TRAINERS
-    from benchmarks.runners import EXPERT
-
     g = parser.getgroup("mgrpo-eval", "M-GRPO evaluation suite (benchmarks/, docs/evaluation.md)")
     g.addoption("--trainer", default=EXPERT,
                 help=f"what to evaluate: {', '.join(TRAINERS)} (the latest run of that trainer) "
                      f"or {EXPERT} (the world's scripted expert; default)")
     g.addoption("--run", default=None, metavar="DIR", help="evaluate this run folder (and write its records there)")
+    g.addoption("--model", default=None, metavar="DIR",
+                help="evaluate a model folder without a training run: a warm-start folder or a shipped checkpoint "
+                     "(e.g. baselines/checkpoints/tiny); planner + sub-agent (or --trainer single_agent); world and "
+                     "tools from its provenance unless --world-seed/--world-size; records in "
+                     "<runs-dir>/model-<name>-<size>-w<seed>/")
     g.addoption("--runs-dir", default=None, metavar="DIR",
                 help="where runs are looked up / the expert's run is created (default: <rootdir>/runs)")
     g.addoption("--bench", action="append", default=None, metavar="NAME[,NAME]",
@@ -160,9 +193,6 @@ class EvalState:
     def bench(self, name: str) -> Any:
         """The benchmark object built from the options (once per process)."""
         if name not in self._benches:
-            from benchmarks.local import LocalBenchmark
-            from benchmarks.registry import benchmark_class
-
             cls = benchmark_class(name)
             opts: dict[str, Any] = {"judge": self.judge, "judge_options": self.judge_options}
             if issubclass(cls, LocalBenchmark):
@@ -173,10 +203,6 @@ class EvalState:
         return self._benches[name]
 
     def cases(self) -> list[EvalCase]:
-        from benchmarks.base import BenchmarkDataMissing
-        from benchmarks.local import LocalBenchmark
-        from benchmarks.runners import unsupported
-
         out: list[EvalCase] = []
         for name in self.bench_names:
             bench = self.bench(name)
@@ -228,12 +254,6 @@ def _judge_options(raw: list[str]) -> dict[str, Any]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from benchmarks.base import BenchmarkError
-    from benchmarks.judges import get_judge, list_judges
-    from benchmarks.registry import list_benchmarks
-    from benchmarks.runners import EXPERT, NoRunFound, RunnerError, resolve_target, resolve_weights, runner_names
-    from harness.world.generator import SIZES
-
     opt = config.option
     if opt.trainer not in runner_names():
         raise pytest.UsageError(f"--trainer: unknown trainer {opt.trainer!r}; use one of {', '.join(runner_names())}")
@@ -267,10 +287,18 @@ def pytest_configure(config: pytest.Config) -> None:
     session_id = (workerinput or {}).get(SESSION_KEY) or uuid.uuid4().hex
     runs_dir = Path(opt.runs_dir) if opt.runs_dir else config.rootpath / "runs"
     target, no_run = None, None
+    if opt.model and opt.run:
+        raise pytest.UsageError("--model and --run: give one (a model folder, or a run folder)")
+    if opt.model and opt.trainer == EXPERT:
+        opt.trainer = "mgrpo"  # a model folder is evaluated as the planner + sub-agent system by default
     try:
-        target = resolve_target(opt.trainer, run=Path(opt.run) if opt.run else None, runs_dir=runs_dir,
-                                world_seed=opt.world_seed, expert_noise=opt.expert_noise, step=opt.eval_step,
-                                world_size=opt.world_size)
+        if opt.model:
+            target = model_target(Path(opt.model), opt.trainer, runs_dir=runs_dir, world_seed=opt.world_seed,
+                                  world_size=opt.world_size)
+        else:
+            target = resolve_target(opt.trainer, run=Path(opt.run) if opt.run else None, runs_dir=runs_dir,
+                                    world_seed=opt.world_seed, expert_noise=opt.expert_noise, step=opt.eval_step,
+                                    world_size=opt.world_size)
     except NoRunFound as exc:
         no_run = str(exc)
     except RunnerError as exc:
@@ -302,9 +330,6 @@ def _check_data_dir(data_dir: Path, names: list[str], judge: str, judge_options:
     may simply not be there); a folder the user names but that is missing, empty or incomplete is a
     mistake to say at once, with the files it should hold.
     """
-    from benchmarks.local import LocalBenchmark
-    from benchmarks.registry import benchmark_class
-
     expected: list[tuple[str, Path]] = []
     for name in names:
         cls = benchmark_class(name)
@@ -340,14 +365,18 @@ class _XdistSession:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    from benchmarks.runners import EXPERT
-
     state = _state(session.config)
-    if state is None or state.is_worker or state.target is None or state.trainer != EXPERT:
+    if state is None or state.is_worker or state.target is None:
+        return
+    model = (state.target.provenance or {}).get("model")
+    if model and not session.config.option.collectonly:  # --model: the run folder records what was evaluated
+        prov = state.target.provenance
+        write_provenance(state.target.run_dir, prov["config"], [0], trainer=state.trainer,
+                         arm=f"checkpoint:{Path(model['dir']).name}", mark_running=False, model=model)
+        return
+    if state.trainer != EXPERT:
         return
     if state.target.provenance is None and not session.config.option.collectonly:
-        from harness.records import write_provenance
-
         write_provenance(state.target.run_dir, {
             "trainer": EXPERT, "world": {"seed": state.world_seed, "size": state.world_size},
             "expert_noise": state.expert_noise, "visit_backend": state.visit_backend,
@@ -377,8 +406,6 @@ class EvalSuite:
     def runner(self) -> Any:
         with self._lock:
             if self._runner is None:
-                from benchmarks.runners import RunnerContext, build_runner
-
                 ctx = RunnerContext(self.state.target, self.world, self.state.expert_noise)
                 self._runner = build_runner(self.state.trainer, ctx)
             return self._runner
@@ -409,8 +436,6 @@ class EvalSuite:
         return box.get("answer"), box.get("error"), box.get("trace")
 
     def evaluate(self, case: EvalCase, timed: Callable[[Callable[[], Any]], Any]) -> Outcome:
-        from harness.records import TaskRecord, append_task
-
         state, target = self.state, self.state.target
         bench, task = state.bench(case.bench), case.task
         t0 = time.perf_counter()
@@ -457,8 +482,6 @@ class EvalSuite:
 @pytest.fixture(scope="session")
 def eval_world(pytestconfig: pytest.Config) -> Any:
     """The offline world served over HTTP on 127.0.0.1 with its toolbox (one per process)."""
-    from benchmarks.runners import LocalWorld
-
     state = _state(pytestconfig)
     assert state is not None
     world = LocalWorld(state.world_seed, state.world_size, state.visit_backend)
@@ -502,8 +525,6 @@ class _Bookkeeper:
 
 def _session_records(state: EvalState, name: str) -> dict[str, Any]:
     """This session's records of benchmark ``name`` read back from disk (the last per task id)."""
-    from harness.records import RunPaths, read_tasks
-
     recs: dict[str, Any] = {}
     if state.target is not None:
         path = RunPaths(state.target.run_dir).eval_file(state.target.step, name)
@@ -515,8 +536,6 @@ def _session_records(state: EvalState, name: str) -> dict[str, Any]:
 
 
 def _rows(state: EvalState) -> list[dict[str, Any]]:
-    from benchmarks.scoring import accuracy
-
     rows = []
     for name in state.bench_names:
         recs = _session_records(state, name)
@@ -541,8 +560,6 @@ def _rows(state: EvalState) -> list[dict[str, Any]]:
 
 def _cells(recs: list[Any]) -> str:
     """Per-cell accuracy of records: GAIA levels, WebWalkerQA type x difficulty ('' if none)."""
-    from benchmarks.scoring import accuracy
-
     def key(r: Any) -> str | None:
         if "type" in r.extra and "difficulty_level" in r.extra:
             return f"{r.extra['type']}/{r.extra['difficulty_level']}"
@@ -611,14 +628,11 @@ def _nothing_evaluated(state: EvalState, exitstatus: int) -> str:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    from benchmarks.runners import EXPERT
-
     state = _state(session.config)
     if state is None or state.is_worker or state.target is None or state.trainer != EXPERT:
         return
     if session.config.option.collectonly:
         return
-    from harness.records import RUN_STATES, RunPaths, read_status, write_status
 
     run_dir = state.target.run_dir
     if not run_dir.is_dir():

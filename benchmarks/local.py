@@ -57,6 +57,7 @@ from benchmarks.gaia import GaiaScoring
 from benchmarks.registry import register_benchmark
 from harness.world.generator import SIZES, WorldConfig, generate_world
 from harness.world.schemas import task_id, task_prompt
+from harness.world.tasks import TaskConfig, TaskFileError, generate_tasks, load_tasks
 
 SPLITS = ("test", "train")
 DEFAULT_WORLD_SIZE = "default"
@@ -73,10 +74,6 @@ def _check_world(world_seed: Any, world_size: Any) -> tuple[int, str]:
 @functools.lru_cache(maxsize=16)
 def generated_tasks(world_seed: int, world_size: str, split: str) -> dict[str, tuple[dict[str, Any], ...]]:
     """``{world benchmark: rows}`` of one split, generated in memory (cached per process)."""
-    # Imported here, not at the top: harness.world.tasks loads the search index (bm25s, numpy) and
-    # the tools, which listing or loading the real benchmarks does not need.
-    from harness.world.tasks import TaskConfig, generate_tasks
-
     # The train split comes first in the generator's order, so it does not depend on n_test; the
     # test split does depend on the train split (XBench ids count on from the train tasks).
     cfg = TaskConfig(n_test=0) if split == "train" else TaskConfig()
@@ -104,8 +101,6 @@ class LocalBenchmark(Benchmark):
     def _rows(self, split: str) -> list[dict[str, Any]]:
         if self.tasks_dir is None:
             return list(generated_tasks(self.world_seed, self.world_size, split).get(self.world_benchmark, ()))
-        from harness.world.tasks import TaskFileError, load_tasks  # not at the top: see generated_tasks
-
         path = self.tasks_dir / self.world_benchmark / f"{split}.jsonl"
         if not path.is_file():
             raise BenchmarkDataMissing(

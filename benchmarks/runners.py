@@ -55,7 +55,19 @@ from typing import Any, Callable
 
 from baselines import TRAINERS, get_trainer
 from benchmarks.base import Benchmark, Task
+from benchmarks.local import LocalBenchmark
+from harness.checkpoint_files import CheckpointError, warm_start_model_dir
+from harness.config import from_dict
+from harness.records import PROVENANCE_FILE, RecordError, read_json
+from harness.rollout import AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, run_group
+from harness.tools.toolbox import AddressedToolbox, ToolsConfig, build_toolbox
 from harness.transcript import episode_transcript, messages_transcript
+from harness.world.expert import ExpertConfig, run_expert_episode
+from harness.world.generator import WorldConfig, generate_world
+from harness.world.search import SearchIndex
+from harness.world.toolbox import DEFAULT_BASE_URL
+from harness.world.server import WorldServer
+from harness.world.tasks import rebase, task_prompt
 
 EXPERT = "expert"
 """The runner of the world's scripted expert (not a trainer: it needs no run)."""
@@ -85,8 +97,6 @@ def train_command(trainer: str) -> str:
 # ------------------------------------------------------------------------------ run lookup
 def run_provenance(run_dir: Path) -> dict[str, Any] | None:
     """``provenance.json`` of ``run_dir`` as a dict, None when absent or unreadable."""
-    from harness.records import PROVENANCE_FILE, RecordError, read_json
-
     path = Path(run_dir) / PROVENANCE_FILE
     if not path.is_file():
         return None
@@ -208,6 +218,51 @@ def resolve_target(trainer: str, *, run: Path | None, runs_dir: Path, world_seed
     return EvalTarget(trainer, run_dir, step, _int_or(seeds[0], 0), world_seed, prov, world_size)
 
 
+def model_target(model_dir: Path, trainer: str, *, runs_dir: Path, world_seed: int | None = None,
+                 world_size: str | None = None) -> EvalTarget:
+    """Evaluate a model folder without a training run (``--model DIR``): a warm-start build folder
+    (``warmstart.json``) or a shipped checkpoint (``provenance.json``, verified). ``trainer`` picks the
+    system: one that delegates evaluates DIR's planner with DIR's sub-agent, ``single_agent`` its single
+    agent. The world (seed, size), the hits per search and the turn limits are the folder's own (the
+    build's check world, where no demonstration came from) unless ``world_seed``/``world_size`` say
+    otherwise; records go to ``<runs_dir>/model-<name>-<size>-w<seed>/`` (the folder is the started
+    weights of every role: ``extra.weights`` says so)."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise RunnerError(f"--model {model_dir}: not a folder (give a warm-start folder or a shipped checkpoint)")
+    if trainer not in TRAINERS:
+        raise RunnerError(f"--model evaluates a model as one of {', '.join(TRAINERS)} (--trainer), not {trainer!r}")
+    src: dict[str, Any] = {}
+    for name in ("provenance.json", "warmstart.json"):
+        if (model_dir / name).is_file():
+            try:
+                src = read_json(model_dir / name)
+            except RecordError as exc:
+                raise RunnerError(f"--model {model_dir}: {exc}") from None
+            break
+    for role in ("planner", "sub"):
+        try:
+            warm_start_model_dir(model_dir, _ROLE_AGENT[get_trainer(trainer).planner_agent if role == "planner"
+                                                        else role])
+        except CheckpointError as exc:
+            raise RunnerError(str(exc)) from None
+    built = src.get("config") if isinstance(src.get("config"), dict) else {}
+    seed = _int_or(built.get("world_seed"), 0) if world_seed is None else world_seed
+    size = world_size or str(built.get("world_size") or "default")
+    path = str(model_dir.resolve())
+    config = {
+        "world": {"seed": seed, "size": size, "address": DEFAULT_BASE_URL},  # the demonstrations' address
+        "tools": {"search_top_k": _int_or(built.get("search_top_k"), 5)},
+        "rollout": {"planner_turns": 8, "sub_turns": 8, "context_tokens": 4096,
+                    "max_new_tokens": _int_or(built.get("eval_max_new_tokens"), 96)},
+        "models": {"planner": path, "sub": path},
+    }
+    prov = {"trainer": trainer, "seeds": [0], "config": config,
+            "model": {"dir": path, **{k: src.get(k) for k in ("command", "git", "created") if k in src}}}
+    run_dir = Path(runs_dir) / f"model-{model_dir.resolve().name}-{size}-w{seed}"
+    return EvalTarget(trainer, run_dir, 0, 0, seed, prov, size)
+
+
 # ------------------------------------------------------------------------------ the world
 class LocalWorld:
     """The offline world served on 127.0.0.1 with a toolbox over HTTP; started on first use."""
@@ -224,11 +279,6 @@ class LocalWorld:
     def start(self) -> LocalWorld:
         with self._lock:
             if self._server is None:
-                from harness.tools.toolbox import ToolsConfig, build_toolbox
-                from harness.world.generator import WorldConfig, generate_world
-                from harness.world.search import SearchIndex
-                from harness.world.server import WorldServer
-
                 world = generate_world(WorldConfig(seed=self.seed, size=self.size))
                 self.world = world
                 server = WorldServer(world).start()
@@ -304,8 +354,6 @@ class Runner:
 
         A classmethod, so the plugin can ask at collection time without building the runner.
         """
-        from benchmarks.local import LocalBenchmark
-
         if isinstance(bench, LocalBenchmark):
             if bench.world_seed != world_seed or bench.world_size != world_size:
                 return (f"{bench.name} is over world seed {bench.world_seed} ({bench.world_size}) but the "
@@ -322,8 +370,6 @@ class Runner:
 
 
 def _local_row(task: Task, base_url: str) -> dict[str, Any]:
-    from harness.world.tasks import rebase
-
     row = task.metadata.get("world_task")
     if not isinstance(row, dict):
         raise RunnerError(f"task {task.task_id} has no world_task metadata (not a local_* task)")
@@ -336,8 +382,6 @@ class ExpertRunner(Runner):
     name = EXPERT
 
     def answer(self, bench: Benchmark, task: Task) -> Answer:
-        from harness.world.expert import ExpertConfig, run_expert_episode
-
         world = self.ctx.world
         row = _local_row(task, world.base_url)
         episode = run_expert_episode(row, world.toolbox, config=ExpertConfig(noise=self.ctx.expert_noise),
@@ -348,9 +392,13 @@ class ExpertRunner(Runner):
                       transcript=messages_transcript(episode.planner, sub_calls=episode.sub_calls))
 
 
-# Sub-folder of a warm-start directory each agent loads (as harness.role.common.load_model_for does).
-_WARM_START_DIRS = {"planner": "planner", "single_agent": "single_agent", "sub": "sub_agent"}
+# The agent whose model each role loads from a warm-start folder (as harness.role.common.load_model_for does).
+_ROLE_AGENT = {"planner": "planner", "single_agent": "single_agent", "sub": "sub_agent"}
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+#: ``PolicyWeights.reason`` of a model folder evaluated without a run (``--model DIR``).
+MODEL_REASON = "a model folder evaluated without a run (--model)"
 
 
 @dataclass(frozen=True)
@@ -379,6 +427,8 @@ class PolicyWeights:
 
     def describe(self) -> str:
         """One line for the table, e.g. ``untrained (no checkpoint; started weights models.sub=tiny)``."""
+        if self.reason == MODEL_REASON:
+            return f"the model folder's weights (--model): {self.path}"
         if self.source == "checkpoint":
             return f"checkpoint-{self.step} ({self.path})" + ("; step 0: the weights it started from"
                                                                if self.step == 0 else "")
@@ -405,8 +455,10 @@ def started_weights(target: EvalTarget, role: str, reason: str) -> PolicyWeights
     for base in (Path.cwd(), REPO_ROOT):
         cand = Path(name) if Path(name).is_absolute() else base / name
         if cand.is_dir():
-            sub = cand / _WARM_START_DIRS[agent]
-            name = str(sub if sub.is_dir() else cand)
+            try:
+                name = str(warm_start_model_dir(cand, _ROLE_AGENT[agent]))
+            except CheckpointError as exc:
+                raise RunnerError(str(exc)) from None
             break
     spec = {k: models[k] for k in ("init_seed", "dtype", "cache_dir") if k in models}
     return PolicyWeights(role, "started", name, None, reason, spec)
@@ -420,6 +472,11 @@ def resolve_weights(target: EvalTarget) -> dict[str, PolicyWeights]:
     """
     run, step = target.run_dir, target.step
     out: dict[str, PolicyWeights] = {}
+    if (target.provenance or {}).get("model"):  # --model: the folder's own weights, no run
+        out["planner"] = started_weights(target, "planner", MODEL_REASON)
+        if get_trainer(target.trainer).delegates:
+            out["sub"] = started_weights(target, "sub", MODEL_REASON)
+        return out
     planner = checkpoints(run, "planner")
     exact = [d for s, d in planner if s == step]
     if exact:
@@ -454,9 +511,8 @@ def load_policy(run_dir: Path, role: str, step: int | None = None, *,
                 weights: PolicyWeights | None = None) -> Any:
     """HOOK: the :class:`~harness.rollout.AgentRuntime` of ``weights``, else of ``role``'s checkpoint
     (latest, or ``step``)."""
-    from harness.backends import HFBackend
-    from harness.models import ModelSpec, load_model
-    from harness.rollout import AgentRuntime
+    from harness.backends import HFBackend  # lazy: torch; only the model runners need it, not the expert
+    from harness.models import ModelSpec, load_model  # lazy: torch; only the model runners need it, not the expert
 
     if weights is None:
         found = checkpoints(run_dir, role)
@@ -481,8 +537,6 @@ class ModelRunner(Runner):
 
     def __init__(self, ctx: RunnerContext):
         super().__init__(ctx)
-        from harness.config import from_dict
-        from harness.rollout import RolloutConfig
 
         target = ctx.target
         self.multi = get_trainer(target.trainer).delegates  # planner + sub-agent, else the single agent
@@ -507,10 +561,6 @@ class ModelRunner(Runner):
     def toolbox(self) -> Any:
         """The run's toolbox over the suite's world server (built once, on first use)."""
         if self._toolbox is None:
-            from harness.config import from_dict
-            from harness.tools.toolbox import AddressedToolbox, ToolsConfig, build_toolbox
-            from harness.world.search import SearchIndex
-
             world = self.ctx.world.start()
             cfg = from_dict(ToolsConfig, {**self.tools_cfg, "visit_backend": world.visit_backend},
                             "provenance config.tools")
@@ -519,9 +569,6 @@ class ModelRunner(Runner):
         return self._toolbox
 
     def answer(self, bench: Benchmark, task: Task) -> Answer:
-        from harness.rollout import InProcessSubAgent, Query, SubAgentEngine, run_group
-        from harness.world.tasks import task_prompt
-
         world = self.ctx.world
         question = task_prompt(_local_row(task, self.address or world.base_url))
         if self.multi:

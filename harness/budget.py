@@ -36,6 +36,9 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from baselines import TRAINERS
+from harness.warmstart import prepare
+
 #: Role start-up (world server, model loading, TRL set-up) per training run, seconds; measured
 #: 15-30 s on the 2-core CI machine.
 RUN_STARTUP_S = 25.0
@@ -245,9 +248,7 @@ def estimate_experiment(ws_cfg: Any, arms: dict[str, Any], seeds: int, *, warmst
     """
     import torch
 
-    from baselines import TRAINERS
-    from harness.models import load_model
-    from harness.warmstart import prepare
+    from harness.models import load_model  # lazy: torch; harness.experiment imports this module torch-free
 
     t0 = time.perf_counter()
     prep = prepare(ws_cfg)

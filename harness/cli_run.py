@@ -18,10 +18,16 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from harness.rollout import AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, run_group
+from harness.tools.toolbox import ToolsConfig, build_toolbox
+from harness.world.generator import generate_world
+from harness.world.search import SearchIndex
+from harness.world.server import WorldServer
+
 
 def load_agents(model: str, single: bool) -> tuple[tuple[Any, Any], tuple[Any, Any] | None]:
     """(planner-or-single model, tokenizer) and (sub-agent model, tokenizer) from ``model``."""
-    from harness.models import load_model
+    from harness.models import load_model  # lazy: torch; keeps `python -m harness run --help` light
 
     root = Path(model)
     if root.is_dir() and (root / ("single_agent" if single else "planner")).is_dir():
@@ -61,12 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
 
-    from harness.backends import HFBackend
-    from harness.rollout import AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, run_group
-    from harness.tools.toolbox import ToolsConfig, build_toolbox
-    from harness.world.generator import generate_world
-    from harness.world.search import SearchIndex
-    from harness.world.server import WorldServer
+    from harness.backends import HFBackend  # lazy: torch; keeps `python -m harness run --help` light
 
     (model, tok), sub = load_agents(args.model, args.single)
     world = generate_world(seed=args.world_seed, size=args.world_size)

@@ -31,8 +31,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from harness.config import load_yaml
+from harness.budget import estimate_experiment, format_breakdown
+from harness.config import ConfigError, load_config, load_yaml
 from harness.records import portable_argv
+from harness.train_config import load_train_config
+from harness.warmstart import WarmstartConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "baselines" / "configs"
@@ -62,11 +65,6 @@ def _run(argv: list[str], log: Path) -> int:
 def check_budget(args: argparse.Namespace, preset_dir: Path, arms: list[str], *, ws_done: bool) -> tuple[int, float]:
     """Print the calibrated time estimate; (exit status, estimated minutes): status 3 when it is over
     ``--budget-min`` (nothing has run yet), 2 for a config error."""
-    from harness.budget import estimate_experiment, format_breakdown
-    from harness.config import ConfigError, load_config
-    from harness.train_config import load_train_config
-    from harness.warmstart import WarmstartConfig
-
     try:
         ws_path = preset_dir / "warmstart.yaml"
         ws_cfg = load_config(WarmstartConfig, str(ws_path) if ws_path.is_file() else None,

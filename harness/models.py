@@ -43,6 +43,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
@@ -62,6 +63,16 @@ from harness.protocol import (
     VISIT_TOOL,
     format_answer,
     format_tool_call,
+)
+from harness.agents import prompts
+from harness.checkpoint_files import (
+    PROVENANCE_FILE,
+    WARM_START_DIRS,
+    CheckpointError,
+    sha256_file,
+    tokenizer_size,
+    verify_checkpoint,
+    warm_start_model_dir,
 )
 from harness.config import ConfigError, help_field
 
@@ -103,6 +114,22 @@ TINY_TAG_TOKENS: tuple[str, ...] = (
 )
 #: One pre-token per letter run (word), per whitespace character, per digit, per other character.
 PRETOKENIZE_PATTERN = r"[\p{L}\p{M}]+|\p{N}|\s|[^\p{L}\p{M}\p{N}\s]"
+#: The ``letters`` tokenizer's letter runs (its corpus's words are whole tokens; any other word is spelled).
+LETTER_RUN = re.compile(r"[^\W\d_]+")
+
+
+def letters_pattern(whole_words: Iterable[str]) -> str:
+    """Pre-tokenizer pattern of the ``letters`` tokenizer: each of ``whole_words`` standing alone (no
+    letter on either side) is one pre-token; every other letter is a pre-token of its own, so a
+    word outside the list (an entity name, a URL slug) is spelled letter by letter; digits, spaces
+    and punctuation are single as in :data:`PRETOKENIZE_PATTERN`."""
+    words = sorted({w for w in whole_words if w}, key=lambda w: (-len(w), w))
+    bad = [w for w in words if not LETTER_RUN.fullmatch(w)]
+    if bad:
+        raise ValueError(f"whole words must be letter runs, got {bad[:5]}")
+    alternation = "|".join(words)
+    head = rf"(?<![\p{{L}}\p{{M}}])(?:{alternation})(?![\p{{L}}\p{{M}}])|" if words else ""
+    return head + r"[\p{L}\p{M}]|\p{N}|\s|[^\p{L}\p{M}\p{N}\s]"
 
 #: Qwen-style chat template, written without Jinja whitespace control: every character of the
 #: output is spelled out below (transformers renders with ``trim_blocks``, so a newline right
@@ -173,6 +200,11 @@ class TinyModelConfig:
     rope_theta: float = help_field(10000.0, "RoPE base frequency.")
     tie_word_embeddings: bool = help_field(
         True, "Share input embedding and output projection (most parameters of a tiny model are embeddings).")
+    tokenizer: str = help_field(
+        "bpe", "``bpe``: byte-level BPE over the corpus (frequent names become single tokens). ``letters``: every "
+        "word of the corpus is kept whole and any other word is spelled letter by letter (digits single), so a "
+        "name the model never saw is made of tokens it generated many times; the corpus must then be free of "
+        "entity names (the warm start passes the worlds' template text, harness.warmstart.template_corpus).")
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field to change."""
@@ -185,6 +217,8 @@ class TinyModelConfig:
                 f"TinyModelConfig.num_key_value_heads ({self.num_key_value_heads}) must divide "
                 f"num_attention_heads ({self.num_attention_heads})"
             )
+        if self.tokenizer not in ("bpe", "letters"):
+            raise ValueError(f"TinyModelConfig.tokenizer must be 'bpe' or 'letters', got {self.tokenizer!r}")
         if self.vocab_size < 256 + len(TINY_SPECIAL_TOKENS) + len(TINY_TAG_TOKENS):
             raise ValueError(
                 f"TinyModelConfig.vocab_size ({self.vocab_size}) must hold the 256 byte tokens plus the "
@@ -272,8 +306,6 @@ def load_model(spec: ModelSpec | str, *, corpus: Iterable[str] | None = None) ->
 # ----------------------------------------------------------------------------------- tiny
 def _default_corpus() -> list[str]:
     """Text the tiny tokenizer sees when no world corpus is given: prompts and protocol."""
-    from harness.agents import prompts  # local import: prompts is a sibling, not a dependency
-
     texts = [prompts.PLANNER_SYSTEM_PROMPT, prompts.SUB_AGENT_SYSTEM_PROMPT, prompts.SINGLE_AGENT_SYSTEM_PROMPT]
     texts += [json.dumps(t["function"]) for t in (SEARCH_TOOL, VISIT_TOOL, DELEGATE_TOOL)]
     texts += [
@@ -287,7 +319,8 @@ def _default_corpus() -> list[str]:
 
 
 def build_tiny_tokenizer(
-    corpus: Iterable[str], vocab_size: int = 1024, seed: int = 0, *, model_max_length: int = 4096
+    corpus: Iterable[str], vocab_size: int = 1024, seed: int = 0, *, model_max_length: int = 4096,
+    whole_words: Iterable[str] | None = None,
 ) -> Any:
     """Train the tiny byte-level BPE tokenizer on ``corpus`` and wrap it for transformers.
 
@@ -304,7 +337,8 @@ def build_tiny_tokenizer(
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated"),
+            pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN if whole_words is None else letters_pattern(whole_words)),
+                                 behavior="isolated"),
             # bytes -> printable symbols, so every input (any Unicode) is encodable without <unk>
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
@@ -399,8 +433,10 @@ def _load_tiny(spec: ModelSpec, texts: list[str] | None) -> LoadedModel:
         raise ValueError("the tiny tokenizer's corpus is empty: pass the world's pages and the prompts as corpus=")
     target = Path(spec.cache_dir) / f"tiny-{_tiny_key(spec, texts)}"
     if not (target / "config.json").exists():
+        whole = sorted({w for t in texts for w in LETTER_RUN.findall(t)}) if spec.tiny.tokenizer == "letters" else None
         tokenizer = build_tiny_tokenizer(
-            texts, spec.tiny.vocab_size, spec.seed, model_max_length=spec.tiny.max_position_embeddings
+            texts, spec.tiny.vocab_size, spec.seed, model_max_length=spec.tiny.max_position_embeddings,
+            whole_words=whole,
         )
         model = build_tiny_model(spec.tiny, tokenizer, spec.seed)
 
@@ -518,9 +554,6 @@ def _check_hub_id(name: str, revision: str | None) -> None:
         )
 
 
-#: The sub-folder of a warm-start directory (``python -m harness warmstart --out DIR``) that holds
-#: each agent's model (the roles load ``DIR/<sub-folder>`` when it exists, else ``DIR`` itself).
-WARM_START_DIRS = {"planner": "planner", "sub_agent": "sub_agent", "single_agent": "single_agent"}
 
 
 def check_model_ref(name: str, agent: str, *, key: str = "model") -> None:
@@ -544,8 +577,10 @@ def check_model_ref(name: str, agent: str, *, key: str = "model") -> None:
             return
         path = Path(name).expanduser()
         if path.is_dir():
-            sub = path / WARM_START_DIRS[agent]
-            model_dir = sub if sub.is_dir() else path
+            try:
+                model_dir = warm_start_model_dir(path, agent)
+            except CheckpointError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
             if not (model_dir / "config.json").is_file():
                 raise ConfigError(
                     f"{where}: {model_dir.resolve()} holds no config.json: neither a saved model nor a warm-start "

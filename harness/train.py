@@ -39,17 +39,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 import yaml
 from tqdm import tqdm
 
+from baselines import TRAINERS, get_trainer
 from harness.config import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
 from harness.records import read_steps, write_provenance, write_status
+from harness.role.checkpoints import STORE_POSITION_FILE, last_checkpoint
+from harness.role.common import PLANNER_DONE, SUB_URL, store_url
+from harness.role.tasks import RunTasks, generate_run_tasks, reuse_run_tasks, write_run_tasks
 from harness.train_config import TrainConfig
-
-if TYPE_CHECKING:
-    from harness.role.tasks import RunTasks
+from mgrpo.store import open_store
 
 #: Seconds the sub role may take to drain and stop after the planner finished.
 DRAIN_TIMEOUT_S = 300.0
@@ -196,8 +198,7 @@ def summarise(run_dir: Path, roles: tuple[str, ...]) -> str:
 def check_models(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> None:
     """Check ``models.planner`` / ``models.sub`` before anything starts (:class:`ConfigError` naming the field and
     the path), so a bad path costs no role start-up and, for a new run, leaves no run directory behind."""
-    from baselines import get_trainer
-    from harness.models import check_model_ref
+    from harness.models import check_model_ref  # lazy: torch; the launcher stays torch-free
 
     spec = get_trainer(str(cfg.trainer))
     check_model_ref(cfg.models.planner, spec.planner_agent, key="models.planner")
@@ -205,8 +206,6 @@ def check_models(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> None:
         return
     # A resumed training sub role loads its last checkpoint, not models.sub (harness.role.sub.run_sub).
     if resume and spec.sub_trains:
-        from harness.role.checkpoints import STORE_POSITION_FILE, last_checkpoint
-
         if last_checkpoint(run_dir / "sub" / "checkpoints", required=(STORE_POSITION_FILE,)) is not None:
             return
     check_model_ref(cfg.models.sub, "sub_agent", key="models.sub")
@@ -218,8 +217,6 @@ def prepare_tasks(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> tuple[Run
     A new run generates it (written by :func:`launch` once the run directory exists); ``--resume`` reuses
     ``<run>/tasks`` (:class:`harness.role.tasks.TaskSetError`, a :class:`ConfigError`, when it was prepared
     for another world or task selection) or, for a run that has none yet, generates it."""
-    from harness.role.tasks import generate_run_tasks, reuse_run_tasks
-
     if resume:
         tasks = reuse_run_tasks(run_dir / "tasks", cfg)
         if tasks is not None:
@@ -229,8 +226,6 @@ def prepare_tasks(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> tuple[Run
 
 def role_totals(cfg: TrainConfig) -> dict[str, int]:
     """Optimizer steps of each role that trains (the progress bars' totals)."""
-    from baselines import get_trainer
-
     totals = {"planner": cfg.planner_steps}
     if get_trainer(str(cfg.trainer)).sub_trains:
         totals["sub"] = cfg.sub_max_steps
@@ -323,9 +318,6 @@ def _isatty(stream: TextIO) -> bool:
 
 def launch(cfg: TrainConfig, run_dir: Path, *, resume: bool, tasks: tuple[RunTasks, bool] | None = None) -> int:
     """Run the trainer's roles; ``tasks`` is :func:`prepare_tasks`'s answer (prepared here when None)."""
-    from baselines import get_trainer
-    from harness.role.tasks import write_run_tasks
-
     spec = get_trainer(str(cfg.trainer))
     run_tasks, reused = tasks if tasks is not None else prepare_tasks(cfg, run_dir, resume=resume)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -382,9 +374,6 @@ def launch(cfg: TrainConfig, run_dir: Path, *, resume: bool, tasks: tuple[RunTas
 
 def reset_run_signals(cfg: TrainConfig, run_dir: Path) -> None:
     """Before a resume: forget the previous processes' "planner done" and service URL in the store."""
-    from harness.role.common import PLANNER_DONE, SUB_URL, store_url
-    from mgrpo.store import open_store
-
     store = open_store(store_url(cfg, run_dir), run_id=run_dir.name)
     try:
         store.put_stat(PLANNER_DONE, None)
@@ -430,8 +419,6 @@ def _wait_for_roles(roles: dict[str, RoleProcess], poll_s: float, progress: Role
 
 
 def main(argv: list[str] | None = None) -> int:
-    from baselines import TRAINERS
-
     ap = argparse.ArgumentParser(prog="python -m harness train", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trainer", choices=sorted(TRAINERS), default=None, help="which trainer (baselines.TRAINERS)")
     ap.add_argument("--config", default=None, help="run config YAML, e.g. baselines/configs/tiny/mgrpo.yaml")

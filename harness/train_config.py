@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from baselines import TRAINERS
 from harness.config import ConfigError, help_field, load_config
 from harness.rollout import RolloutConfig
 from harness.tools.toolbox import ToolsConfig
@@ -356,8 +357,6 @@ class TrainConfig:
         return int(self.planner.max_steps or 1)
 
     def validate(self) -> None:
-        from baselines import TRAINERS
-
         if self.trainer is None or self.trainer not in TRAINERS:
             raise ConfigError(f"trainer={self.trainer!r}: set it to one of {sorted(TRAINERS)} (or pass --trainer)")
         spec = TRAINERS[self.trainer]

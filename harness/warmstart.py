@@ -30,21 +30,34 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from harness.agents.parsing import ToolCall, parse_turn
+from harness.agents.prompts import AGENT_PROMPTS, EpisodeTokens, agent_prompt, initial_messages
 from harness.config import ConfigError, help_field, load_config, to_dict
+from harness.protocol import format_tool_call
+from harness.records import git_state, portable_argv
+from harness.rollout import AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, run_group
+from harness.tools.html_text import html_to_text
+from harness.world.expert import ExpertConfig, answers_match, run_expert_episode, task_id
+from harness.world.generator import generate_world
 from harness.world.schemas import BENCHMARKS
+from harness.world.tasks import TaskConfig, generate_tasks, select_tasks, task_prompt
+from harness.world.toolbox import WorldToolbox
 
 log = logging.getLogger(__name__)
 
 AGENTS = ("planner", "sub_agent", "single_agent")
+PRESETS_DIR = Path(__file__).resolve().parents[1] / "baselines" / "configs"
 
 
 @dataclass
@@ -71,6 +84,14 @@ class WarmstartConfig:
                                        "demonstration trained, and the model cannot write it")
     n_demos: int | None = help_field(None, "cap on demonstration tasks over all worlds (null = all), drawn "
                                      "evenly by template")
+    tokenizer: str = help_field("bpe", "tiny only: ``bpe`` (BPE over the world's text) or ``letters`` (the worlds' "
+                                "template words whole, every name and URL slug spelled in letters: "
+                                "TinyModelConfig.tokenizer)")
+    world_demos: bool = help_field(True, "demonstrations also from the main world's train split; false: the main "
+                                   "world (world_seed) is only checked, never trained on, and none of its entity "
+                                   "names appears in a demonstration")
+    demo_world_tasks: int | None = help_field(None, "tasks per benchmark style generated in each extra "
+                                              "demonstration world (null = n_train_tasks)")
     search_top_k: int = help_field(5, "hits per search call in the demonstrations and the check (use the same value "
                                    "as the training preset's tools.search_top_k)")
     noise: float = help_field(0.05, "scripted-expert noise rate in the demonstrations")
@@ -93,6 +114,11 @@ class WarmstartConfig:
     batch_size: int = help_field(8, "sequences per optimizer step")
     max_length: int = help_field(3072, "longest tokenised transcript; longer ones are dropped (counted)")
     eval_tasks: int = help_field(30, "held-out tasks checked after SFT (0 = no check)")
+    gate_tasks: int = help_field(20, "held-out tasks whose noise-free expert transcripts the copy gate scores "
+                                 "(0 = no gate)")
+    gate_every: int = help_field(0, "also score the copy gate every this many SFT steps (0 = only at the end)")
+    save_steps: int = help_field(0, "save a resumable SFT checkpoint every this many steps (0 = none); a killed "
+                                 "build run again with the same --out resumes from the last one")
     eval_max_new_tokens: int = help_field(96, "new tokens per turn in the check")
     threads: int = help_field(0, "torch threads (0 = torch's default)")
 
@@ -109,6 +135,10 @@ class WarmstartConfig:
             raise ConfigError(f"benchmarks={self.benchmarks}: choose one or more of {', '.join(BENCHMARKS)}")
         if self.search_top_k < 1:
             raise ConfigError(f"search_top_k={self.search_top_k} must be >= 1")
+        if self.tokenizer not in ("bpe", "letters"):
+            raise ConfigError(f"tokenizer={self.tokenizer!r}: choose bpe or letters")
+        if not self.world_demos and not self.demo_worlds:
+            raise ConfigError("world_demos=false needs demo_worlds > 0 (no demonstrations otherwise)")
         if self.demo_worlds < 0 or self.tokenizer_worlds < 0 or (self.n_demos is not None and self.n_demos < 1):
             raise ConfigError("demo_worlds and tokenizer_worlds must be >= 0, n_demos >= 1 or null")
         bad_repeat = {a: n for a, n in self.repeat.items() if a not in AGENTS or not isinstance(n, int) or n < 1}
@@ -121,9 +151,7 @@ class WarmstartConfig:
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"expert: {exc}") from None
 
-    def expert_config(self) -> Any:
-        from harness.world.expert import ExpertConfig
-
+    def expert_config(self) -> ExpertConfig:
         return ExpertConfig(noise=self.noise, **self.expert)
 
 
@@ -143,8 +171,6 @@ class Demonstrations:
 
 
 def _delegated(turn: str) -> tuple[str, str] | None:
-    from harness.agents.parsing import ToolCall, parse_turn
-
     parsed = parse_turn(turn, {"delegate"})
     if isinstance(parsed, ToolCall):
         return parsed.arguments.get("task", ""), parsed.arguments.get("context", "")
@@ -156,10 +182,6 @@ def expert_demonstrations(tasks: list[dict[str, Any]], toolbox: Any, noise: floa
     """Run the scripted expert on ``tasks`` and rewrite its transcripts into the agents' prompts.
 
     ``config`` (an :class:`ExpertConfig`) replaces ``noise`` when given; ``demos`` is extended in place."""
-    from harness.agents.prompts import initial_messages
-    from harness.world.expert import run_expert_episode
-    from harness.world.tasks import task_prompt
-
     demos = demos if demos is not None else Demonstrations()
     for task in tasks:
         tr = run_expert_episode(task, toolbox, noise=noise, seed=seed, config=config)
@@ -209,20 +231,42 @@ def tokenize_transcript(codec: Any, messages: list[dict[str, str]]) -> dict[str,
 
 def tokenizer_corpus(world: Any, tasks: list[dict[str, Any]]) -> list[str]:
     """Text the tiny tokenizer is trained on: page text, task prompts and the agents' prompts."""
-    from harness.agents.prompts import AGENT_PROMPTS
-    from harness.tools.html_text import html_to_text
-    from harness.world.tasks import task_prompt
-
     texts = [html_to_text(p.html) for p in world.pages.values()]
     texts += [task_prompt(t) for t in tasks]
     texts += [p.system for p in AGENT_PROMPTS.values()]
     texts += [json.dumps(t) for p in AGENT_PROMPTS.values() for t in p.tools]
+    # the call format itself ("arguments" appears in no schema)
+    texts += [format_tool_call(t["function"]["name"], dict.fromkeys(t["function"]["parameters"]["properties"], ""))
+              for p in AGENT_PROMPTS.values() for t in p.tools]
     return texts
 
 
-def _selected(taskset: Any, split: str, cfg: WarmstartConfig) -> list[dict[str, Any]]:
-    from harness.world.tasks import select_tasks
+def value_words(world: Any) -> set[str]:
+    """Every word that names an entity of ``world`` or is the value of one of its facts (a category, an
+    industry, a role, a country), as written and in lower case (URL slugs): the words an agent must
+    copy, which the ``letters`` tokenizer spells."""
+    texts = [e.name for e in world.entities.values()] + [f.value for f in world.facts] + list(world.countries)
+    words = {w for t in texts for w in _LETTER_RUN.findall(t)}
+    return words | {w.lower() for w in words} | {w.capitalize() for w in words}
 
+
+def template_corpus(worlds: list[Any], tasks: list[dict[str, Any]], demos: Demonstrations | None = None) -> list[str]:
+    """The ``letters`` tokenizer's corpus: :func:`tokenizer_corpus` of each world and the text of
+    ``demos`` (what the agents write: "Find the maker of ..."), with every :func:`value_words` word of
+    every world removed: template words only ("founded", "wiki", "Team"...), plus the agents' prompts.
+    Its words become whole tokens; any other word (a name or fact value of any world, a slug) is
+    spelled in letters. ``tasks`` and ``demos`` belong to any of ``worlds``."""
+    banned = set().union(*(value_words(w) for w in worlds)) if worlds else set()
+    texts = [t for i, world in enumerate(worlds) for t in tokenizer_corpus(world, tasks if i == 0 else [])]
+    if demos is not None:
+        texts += [m["content"] for agent in AGENTS for msgs in demos.of(agent) for m in msgs]
+    return [" ".join(w for w in _LETTER_RUN.findall(text) if w not in banned) for text in texts]
+
+
+_LETTER_RUN = re.compile(r"[^\W\d_]+")  # the same letter runs as harness.models.LETTER_RUN (no torch import here)
+
+
+def _selected(taskset: Any, split: str, cfg: WarmstartConfig) -> list[dict[str, Any]]:
     tasks = [t for b in cfg.benchmarks for t in taskset.tasks.get((b, split), [])]
     return select_tasks(tasks, max_hops=cfg.max_hops, templates=cfg.templates)
 
@@ -239,20 +283,21 @@ def demo_world_tasks(cfg: WarmstartConfig, held_out: list[dict[str, Any]], world
 
     Names are generated independently per world, so the name of a held-out answer entity of
     ``world`` could reappear by chance; demonstration tasks that mention one are dropped, so that the
-    check's answer entities never appear in training tasks."""
-    from harness.world.generator import generate_world
-    from harness.world.tasks import TaskConfig, generate_tasks
-    from harness.world.toolbox import WorldToolbox
-
-    banned = {world.entities[e].name for t in held_out for e in t["gold"].get("answer_entities", [])
-              if e in world.entities}
+    check's answer entities never appear in training tasks (with ``world_demos: false`` no name of
+    ``world`` at all)."""
+    if cfg.world_demos:
+        banned = {world.entities[e].name for t in held_out for e in t["gold"].get("answer_entities", [])
+                  if e in world.entities}
+    else:
+        banned = {e.name for e in world.entities.values()}
+    per_world = cfg.demo_world_tasks or cfg.n_train_tasks
 
     def clean(task: dict[str, Any]) -> bool:
         text = json.dumps({k: v for k, v in task.items() if k != "gold"}) + str(task["gold"].get("answer"))
         return not any(name in text for name in banned)
     for i in range(cfg.demo_worlds):
         demo = generate_world(seed=demo_world_seed(cfg.world_seed, i), size=cfg.demo_world_size)
-        ts = generate_tasks(demo, TaskConfig(n_train=cfg.n_train_tasks, n_test=cfg.n_test_tasks,
+        ts = generate_tasks(demo, TaskConfig(n_train=per_world, n_test=min(per_world, cfg.n_test_tasks),
                                               test_fraction=cfg.test_fraction))
         tasks = _selected(ts, "train", cfg) + _selected(ts, "test", cfg)
         yield WorldToolbox(demo, k=cfg.search_top_k), [t for t in tasks if clean(t)]
@@ -283,13 +328,22 @@ def _cap_demos(sources: list[tuple[Any, list[dict[str, Any]]]], n: int | None, s
 
 # --------------------------------------------------------------------------- training
 def sft_train(model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], cfg: WarmstartConfig,
-              out_dir: Path) -> dict[str, float]:
-    """Fine-tune ``model`` on pre-tokenised examples with TRL's ``SFTTrainer``; save to ``out_dir``."""
-    from datasets import Dataset
+              out_dir: Path, *, gate: Callable[[Any], dict[str, float]] | None = None) -> dict[str, Any]:
+    """Fine-tune ``model`` on pre-tokenised examples with TRL's ``SFTTrainer``; save to ``out_dir``.
+
+    With ``cfg.save_steps`` a checkpoint is saved every that many steps under ``out_dir/trainer`` and a
+    second call with the same arguments resumes from the last one (same data order: the examples are
+    shuffled by ``cfg.seed`` and the trainer's sampler by its seed). ``gate(model)`` (the copy gate) is
+    scored every ``cfg.gate_every`` steps; its results are returned as ``gate_log``."""
+    from datasets import Dataset  # lazy: datasets/trl/transformers only when training
+    from transformers import TrainerCallback
+    from transformers.trainer_utils import get_last_checkpoint
     from trl import SFTConfig, SFTTrainer
 
+    trainer_dir = out_dir / "trainer"
+    saving = cfg.save_steps > 0
     args = SFTConfig(
-        output_dir=str(out_dir / "trainer"),
+        output_dir=str(trainer_dir),
         per_device_train_batch_size=cfg.batch_size,
         num_train_epochs=cfg.epochs,
         max_steps=cfg.max_steps,
@@ -298,7 +352,9 @@ def sft_train(model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], 
         warmup_steps=0.05,
         weight_decay=0.0,
         logging_steps=10,
-        save_strategy="no",
+        save_strategy="steps" if saving else "no",
+        save_steps=cfg.save_steps if saving else 500,
+        save_total_limit=2 if saving else None,
         report_to="none",
         seed=cfg.seed,
         max_length=None,  # examples are already filtered by length
@@ -311,10 +367,24 @@ def sft_train(model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], 
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
         disable_tqdm=False,
     )
+    gate_log: list[dict[str, Any]] = []
+
+    class GateCallback(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if gate is not None and cfg.gate_every > 0 and state.global_step % cfg.gate_every == 0:
+                row = {"step": state.global_step, **gate(kwargs["model"])}
+                gate_log.append(row)
+                print(f"[copy gate] step {row['step']}: name-token loss {row['name_loss']:.3f} vs other "
+                      f"{row['other_loss']:.3f}; names exact {row['names_exact']:.0%}", flush=True)
+
     model.train()
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
+                         callbacks=[GateCallback()])
+    resume = get_last_checkpoint(str(trainer_dir)) if saving and trainer_dir.is_dir() else None
+    if resume:
+        print(f"[warmstart] resuming from {resume}", flush=True)
     t0 = time.perf_counter()
-    out = trainer.train()
+    out = trainer.train(resume_from_checkpoint=resume)
     seconds = time.perf_counter() - t0
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -322,7 +392,7 @@ def sft_train(model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], 
     tokenizer.save_pretrained(out_dir)
     n_tokens = sum(sum(1 for x in e["labels"] if x != -100) for e in examples)
     return {"train_loss": float(out.training_loss), "train_s": seconds, "steps": int(out.global_step),
-            "n_examples": len(examples), "n_model_tokens": n_tokens}
+            "n_examples": len(examples), "n_model_tokens": n_tokens, "resumed_from": resume, "gate_log": gate_log}
 
 
 def _cuda() -> bool:
@@ -340,11 +410,9 @@ def _bf16_ok() -> bool:
 # --------------------------------------------------------------------------- check
 def evaluate_system(planner: Any, sub_agent: Any, tokenizer: Any, tasks: list[dict[str, Any]], toolbox: Any, *,
                     temperature: float, max_new_tokens: int, seed: int = 0) -> dict[str, float]:
-    """Planner + sub-agent on ``tasks`` (K=1 each): success and the share of valid-format turns."""
-    from harness.backends import HFBackend
-    from harness.rollout import AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, run_group
-    from harness.world.expert import answers_match, task_id
-    from harness.world.tasks import task_prompt
+    """Planner + sub-agent on ``tasks`` (K=1 each): success (overall and per benchmark style) and the
+    share of valid-format turns."""
+    from harness.backends import HFBackend  # lazy: harness.backends imports torch
 
     cfg = RolloutConfig(k=1, temperature=temperature, max_new_tokens=max_new_tokens, planner_turns=8, sub_turns=8,
                         context_tokens=4096)
@@ -358,9 +426,46 @@ def evaluate_system(planner: Any, sub_agent: Any, tokenizer: Any, tasks: list[di
     trajs = [e.trajectory for e in res.episodes] + res.sub_trajectories
     turns = sum(t.n_turns for t in trajs)
     bad = sum(t.n_format_errors for t in trajs)
-    correct = sum(1 for e in res.episodes if e.answer is not None and answers_match(e.answer, gold[e.trajectory.query_id]))
-    return {"n_tasks": len(tasks), "success": correct / max(1, len(tasks)), "valid_turns": 1 - bad / max(1, turns),
-            "turns": turns, "seconds": time.perf_counter() - t0, "temperature": temperature}
+    solved = {e.trajectory.query_id for e in res.episodes
+              if e.answer is not None and answers_match(e.answer, gold[e.trajectory.query_id])}
+    return {"n_tasks": len(tasks), "success": len(solved) / max(1, len(tasks)), "valid_turns": 1 - bad / max(1, turns),
+            "turns": turns, "seconds": time.perf_counter() - t0, "temperature": temperature,
+            "per_benchmark": _per_benchmark(tasks, solved)}
+
+
+def _benchmark(task: dict[str, Any]) -> str:
+    return str(task["gold"].get("template", "")).split(".")[0]
+
+
+def _per_benchmark(tasks: list[dict[str, Any]], solved: set[str]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for t in tasks:
+        row = out.setdefault(_benchmark(t), {"n": 0, "solved": 0})
+        row["n"] += 1
+        row["solved"] += task_id(t) in solved
+    for row in out.values():
+        row["success"] = row["solved"] / row["n"]
+    return out
+
+
+def interleave_benchmarks(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``tasks`` reordered round-robin over benchmark styles, so any prefix covers them all evenly."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for t in tasks:
+        by.setdefault(_benchmark(t), []).append(t)
+    out: list[dict[str, Any]] = []
+    lists = [by[k] for k in sorted(by)]
+    for i in range(max((len(v) for v in lists), default=0)):
+        out += [v[i] for v in lists if i < len(v)]
+    return out
+
+
+def expert_check(tasks: list[dict[str, Any]], toolbox: Any, seed: int = 0) -> dict[str, Any]:
+    """The noise-free scripted expert on the check tasks: the ceiling a warm start stays below."""
+    solved = {task_id(t) for t in tasks
+              if run_expert_episode(t, toolbox, noise=0.0, seed=seed, config=ExpertConfig(noise=0.0)).correct}
+    return {"n_tasks": len(tasks), "success": len(solved) / max(1, len(tasks)),
+            "per_benchmark": _per_benchmark(tasks, solved)}
 
 
 def _gold_answer(task: dict[str, Any]) -> str:
@@ -388,8 +493,6 @@ class Prepared:
 
     def examples(self, agent: str) -> list[dict[str, list[int]]]:
         """The agent's demonstrations tokenised as a rollout would build them (all lengths)."""
-        from harness.agents.prompts import EpisodeTokens, agent_prompt
-
         codec = EpisodeTokens(self.tokenizer, agent_prompt(agent).tools)
         return [tokenize_transcript(codec, m) for m in self.demos.of(agent)]
 
@@ -407,11 +510,8 @@ class Prepared:
 
 
 def prepare(cfg: WarmstartConfig) -> Prepared:
-    """Generate the world and tasks, run the scripted expert and build the tokenizer (seconds)."""
-    from harness.models import ModelSpec, load_model
-    from harness.world.generator import generate_world
-    from harness.world.tasks import TaskConfig, generate_tasks
-    from harness.world.toolbox import WorldToolbox
+    """Generate the world and tasks, run the scripted expert and build the tokenizer (seconds to minutes)."""
+    from harness.models import ModelSpec, load_model  # lazy: harness.models imports torch
 
     stages: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -421,7 +521,9 @@ def prepare(cfg: WarmstartConfig) -> Prepared:
     train = _selected(taskset, "train", cfg)
     test = _selected(taskset, "test", cfg)
     toolbox = WorldToolbox(world, k=cfg.search_top_k)
-    sources = [(toolbox, train)] + list(demo_world_tasks(cfg, held_out=test, world=world))
+    extra = tqdm(demo_world_tasks(cfg, held_out=test, world=world), desc="demonstration worlds", unit="world",
+                 total=cfg.demo_worlds, disable=cfg.demo_worlds < 50)
+    sources = ([(toolbox, train)] if cfg.world_demos else []) + list(extra)
     stages["world_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -434,20 +536,130 @@ def prepare(cfg: WarmstartConfig) -> Prepared:
 
     t0 = time.perf_counter()
     corpus = None
-    if cfg.model == "tiny":
-        corpus = tokenizer_corpus(world, train + test)
-        for i in range(cfg.tokenizer_worlds):
-            corpus += tokenizer_corpus(generate_world(seed=demo_world_seed(cfg.world_seed, i), size=cfg.demo_world_size), [])
     spec = ModelSpec(name=cfg.model, seed=cfg.seed)
+    if cfg.model == "tiny":
+        spec.tiny.tokenizer = cfg.tokenizer
+        extra_worlds = [generate_world(seed=demo_world_seed(cfg.world_seed, i), size=cfg.demo_world_size)
+                        for i in range(cfg.tokenizer_worlds)]
+        if cfg.tokenizer == "letters":
+            # template words only: the names and values of every world involved are removed (held-out
+            # names are spelled like any other); the task prompts give the question words, the expert's
+            # transcripts on the first demonstration worlds the words the agents write
+            sample = Demonstrations()
+            for tb, tasks in picked[: max(1, cfg.tokenizer_worlds)]:
+                expert_demonstrations(tasks, tb, 0.0, cfg.seed, demos=sample)
+            corpus = template_corpus([world, *extra_worlds, *(tb.world for tb, _ in picked[: max(1, cfg.tokenizer_worlds)])],
+                                     train + test, sample)
+        else:
+            corpus = tokenizer_corpus(world, train + test)
+            for w in extra_worlds:
+                corpus += tokenizer_corpus(w, [])
     _, tokenizer = load_model(spec, corpus=corpus)
     stages["model_s"] = time.perf_counter() - t0
     return Prepared(world, train, test, toolbox, demos, tokenizer, corpus, spec, len(picked), stages)
 
 
-def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
-    import torch
+# --------------------------------------------------------------------------- copy gate
+def gate_transcripts(tasks: list[dict[str, Any]], toolbox: Any, seed: int = 0) -> Demonstrations:
+    """Noise-free expert transcripts of held-out ``tasks``: what the copy gate scores the model on."""
+    return expert_demonstrations(tasks, toolbox, noise=0.0, seed=seed, config=ExpertConfig(noise=0.0))
 
-    from harness.models import load_model
+
+def name_spans(text: str, names: set[str]) -> list[tuple[int, int]]:
+    """Character spans of ``names`` (entity names and their URL slugs) in ``text``, longest first."""
+    spans: list[tuple[int, int]] = []
+    taken = [False] * len(text)
+    for name in sorted(names, key=len, reverse=True):
+        for m in re.finditer(re.escape(name), text):
+            if not any(taken[m.start():m.end()]):
+                spans.append((m.start(), m.end()))
+                taken[m.start():m.end()] = [True] * (m.end() - m.start())
+    return spans
+
+
+def entity_strings(world: Any) -> set[str]:
+    """The entity names of ``world`` and their URL slugs (the strings a copying model must reproduce)."""
+    names = {e.name for e in world.entities.values()}
+    return names | {"-".join(n.lower().split()) for n in names}
+
+
+def gate_marks(codec: EpisodeTokens, msgs: list[dict[str, str]], names: set[str]) -> tuple[list[int], list[int]]:
+    """A transcript's token ids (as :func:`tokenize_transcript` builds them) and, per token, -1 (prompt or
+    observation: not a model token), 0 (a model token outside any name) or ``n >= 1`` (a token of the
+    ``n``-th name occurrence in the model's turns)."""
+    tokenizer = codec.tokenizer
+    ids = list(codec.prompt_ids(msgs[:2]))
+    kind: list[int] = [-1] * len(ids)
+    next_occ = 1
+    for msg in msgs[2:]:
+        if msg["role"] != "assistant":
+            piece = codec.observation_ids(msg["content"])
+            ids += piece
+            kind += [-1] * len(piece)
+            continue
+        piece = codec.assistant_ids(msg["content"])
+        enc = tokenizer(msg["content"], add_special_tokens=False, return_offsets_mapping=True)
+        marks = [0] * len(piece)
+        if list(enc["input_ids"]) == piece[: len(enc["input_ids"])]:  # the turn's text tokenises alone as in place
+            for a, b in name_spans(msg["content"], names):
+                toks = [i for i, (x, y) in enumerate(enc["offset_mapping"]) if x < b and y > a]
+                for i in toks:
+                    marks[i] = next_occ
+                next_occ += 1 if toks else 0
+        ids += piece
+        kind += marks
+    return ids, kind
+
+
+def copy_gate(model: Any, tokenizer: Any, demos: Demonstrations, names: set[str],
+              agents: tuple[str, ...] = ("planner", "sub_agent")) -> dict[str, float]:
+    """Teacher-forced loss on the model tokens of held-out expert transcripts, split into the tokens
+    that spell an entity name or its URL slug (copying) and all other model tokens (format, choices).
+
+    Copying is learned when ``name_loss`` approaches ``other_loss``; before that, held-out success
+    cannot rise (docs/training.md, "The tiny warm start"). Also the share of name occurrences whose
+    every token is the model's argmax (``names_exact``)."""
+    import torch  # lazy: torch only when a model is scored
+
+    sums = {"name": 0.0, "other": 0.0}
+    counts = {"name": 0, "other": 0}
+    exact = occurrences = 0
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    for agent in agents:
+        codec = EpisodeTokens(tokenizer, agent_prompt(agent).tools)
+        for msgs in demos.of(agent):
+            ids, kind = gate_marks(codec, msgs, names)
+            with torch.no_grad():
+                x = torch.tensor([ids], device=device)
+                logits = model(input_ids=x).logits[0, :-1].float()
+                target = x[0, 1:]
+                nll = torch.nn.functional.cross_entropy(logits, target, reduction="none").tolist()
+                hit = (logits.argmax(-1) == target).tolist()
+            per_occ: dict[int, bool] = {}
+            for pos in range(1, len(ids)):
+                k = kind[pos]
+                if k < 0:
+                    continue
+                group = "name" if k > 0 else "other"
+                sums[group] += nll[pos - 1]
+                counts[group] += 1
+                if k > 0:
+                    per_occ[k] = per_occ.get(k, True) and bool(hit[pos - 1])
+            occurrences += len(per_occ)
+            exact += sum(per_occ.values())
+    if was_training:
+        model.train()
+    return {"name_loss": sums["name"] / max(1, counts["name"]), "other_loss": sums["other"] / max(1, counts["other"]),
+            "n_name_tokens": counts["name"], "n_other_tokens": counts["other"],
+            "names_exact": exact / max(1, occurrences), "n_names": occurrences}
+
+
+def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
+    import torch  # lazy: the training stack
+
+    from harness.models import load_model  # lazy: imports torch
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -456,6 +668,13 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
     stages = dict(prep.stages)
     test, toolbox, demos, tokenizer, corpus, spec = (prep.test, prep.toolbox, prep.demos, prep.tokenizer,
                                                       prep.corpus, prep.spec)
+    held_out = interleave_benchmarks(test)[: cfg.eval_tasks]
+    gate_demos = gate_transcripts(held_out[: cfg.gate_tasks] if cfg.gate_tasks <= len(held_out) else
+                                  interleave_benchmarks(test)[: cfg.gate_tasks], toolbox, cfg.seed) if cfg.gate_tasks else None
+    names = entity_strings(prep.world)
+
+    def gate(model: Any) -> dict[str, float]:
+        return copy_gate(model, tokenizer, gate_demos, names)
 
     summary: dict[str, Any] = {
         "config": to_dict(cfg), "n_train_tasks": len(prep.train), "n_test_tasks": len(test),
@@ -467,9 +686,13 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
     for name, agents, kept, dropped in prep.sft_runs(cfg):
         random.Random(cfg.seed).shuffle(kept)
         model, _ = load_model(spec, corpus=corpus)  # a fresh copy of the same initialisation per SFT
-        print(f"[warmstart] {name}: {len(kept)} transcripts ({dropped} over max_length)", flush=True)
-        stats = sft_train(model, tokenizer, kept, cfg, out / agents[0])
+        n_tok = sum(len(e["input_ids"]) for e in kept)
+        print(f"[warmstart] {name}: {len(kept)} transcripts, {n_tok} tokens ({dropped} over max_length)", flush=True)
+        stats = sft_train(model, tokenizer, kept, cfg, out / agents[0], gate=gate if gate_demos else None)
         stats["dropped_too_long"] = dropped
+        if gate_demos:
+            stats["copy_gate"] = gate(model)
+            print(f"[copy gate] {name}: {json.dumps(stats['copy_gate'])}", flush=True)
         for agent in agents[1:]:
             shutil.copytree(out / agents[0], out / agent, ignore=shutil.ignore_patterns("trainer"), dirs_exist_ok=True)
         summary["agents"][name] = stats
@@ -478,12 +701,12 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
 
     if cfg.eval_tasks and "planner" in models and "sub_agent" in models:
         t0 = time.perf_counter()
-        held_out = test[: cfg.eval_tasks]
         summary["check"] = {
             "greedy": evaluate_system(models["planner"], models["sub_agent"], tokenizer, held_out, toolbox,
                                       temperature=0.0, max_new_tokens=cfg.eval_max_new_tokens, seed=cfg.seed),
             "sampled": evaluate_system(models["planner"], models["sub_agent"], tokenizer, held_out, toolbox,
                                        temperature=1.0, max_new_tokens=cfg.eval_max_new_tokens, seed=cfg.seed),
+            "expert": expert_check(held_out, toolbox, cfg.seed),
         }
         stages["check_s"] = time.perf_counter() - t0
     stages["total_s"] = time.perf_counter() - t_start
@@ -493,21 +716,92 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
     return summary
 
 
+# --------------------------------------------------------------------------- the shipped checkpoint
+#: Files of a saved model folder that a shipped checkpoint keeps (no trainer state).
+SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                 "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
+
+
+def ship_checkpoint(build: Path, dest: Path, summary: dict[str, Any], argv: list[str]) -> dict[str, Any]:
+    """Copy the warm start in ``build`` to ``dest`` as a shipped checkpoint with its provenance.
+
+    A joint warm start is one model: it is stored once (``dest/joint/``) and the provenance's
+    ``agents`` table points every agent at it. The provenance records the command, the commit, the
+    resolved config, the data seeds, the wall time, the held-out check and copy gate, and the SHA-256 of
+    every file (:func:`harness.models.verify_checkpoint` checks them on every load)."""
+    from harness.models import PROVENANCE_FILE, sha256_file, verify_checkpoint  # lazy: harness.models imports torch
+
+    cfg = summary["config"]
+    agents = list(cfg["agents"])
+    folders = {a: ("joint" if cfg.get("joint") else a) for a in agents}
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for agent, folder in folders.items():
+        src = build / agent
+        (tmp / folder).mkdir(parents=True, exist_ok=True)
+        for name in SHIPPED_FILES:
+            if (src / name).is_file() and not (tmp / folder / name).exists():
+                shutil.copy2(src / name, tmp / folder / name)
+    hashes = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+    size = sum((tmp / rel).stat().st_size for rel in hashes)
+    prov = {
+        "command": " ".join(["python -m harness warmstart", *portable_argv(argv)]),
+        "git": git_state(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "config": cfg,
+        "data_seeds": {"world_seed (checked, never trained on when world_demos is false)": cfg["world_seed"],
+                       "demo_world_seeds": f"harness.warmstart.demo_world_seed(world_seed, i) for i < {cfg['demo_worlds']}",
+                       "seed (model init, data order, sampling)": cfg["seed"]},
+        "wall_s": summary["stages"].get("total_s"),
+        "stages": summary["stages"],
+        "check": summary.get("check"),
+        "copy_gate": {name: stats.get("copy_gate") for name, stats in summary["agents"].items()},
+        "n_demo_tasks": summary["n_demo_tasks"], "n_demo_worlds": summary["n_demo_worlds"],
+        "agents": folders,
+        "bytes": size,
+        "sha256": hashes,
+    }
+    (tmp / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2) + "\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, dest)
+    verify_checkpoint(dest)
+    return prov
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness warmstart", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="model name/path (overrides the config)")
-    ap.add_argument("--out", required=True, help="output directory (one sub-directory per agent)")
+    ap.add_argument("--out", default=None, help="build directory (one sub-directory per agent; resumable SFT "
+                    "checkpoints with save_steps); default runs/warmstart-<preset> with --preset")
     ap.add_argument("--config", default=None, help="YAML file with WarmstartConfig keys")
+    ap.add_argument("--preset", default=None, help="a preset folder under baselines/configs/ (its warmstart.yaml), "
+                    "e.g. tiny")
+    ap.add_argument("--ship", default=None, metavar="DIR", help="also write the result as a shipped checkpoint "
+                    "(one folder per model, provenance.json with hashes), e.g. baselines/checkpoints/tiny")
     ap.add_argument("overrides", nargs="*", help="key=value overrides, e.g. noise=0.1 max_steps=50")
     args = ap.parse_args(argv)
     overrides = list(args.overrides) + ([f"model={args.model}"] if args.model else [])
+    if args.preset and args.config:
+        ap.error("give --preset or --config, not both")
+    config = args.config
+    if args.preset:
+        config = str(PRESETS_DIR / args.preset / "warmstart.yaml")
+        if not Path(config).is_file():
+            ap.error(f"--preset {args.preset}: no {config}")
+    out = args.out or (f"runs/warmstart-{args.preset}" if args.preset else None)
+    if out is None:
+        ap.error("--out is required (or give --preset)")
     try:
-        cfg = load_config(WarmstartConfig, args.config, overrides)
+        cfg = load_config(WarmstartConfig, config, overrides)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    summary = run_warmstart(cfg, Path(args.out))
+    summary = run_warmstart(cfg, Path(out))
+    if args.ship:
+        prov = ship_checkpoint(Path(out), Path(args.ship), summary, list(sys.argv[1:] if argv is None else argv))
+        print(f"[warmstart] shipped {args.ship} ({prov['bytes'] / 1e6:.1f} MB, provenance.json)", flush=True)
     check = summary.get("check", {})
     print(json.dumps({"expert_demo_accuracy": summary["expert_demo_accuracy"], "check": check,
                       "stages": summary["stages"]}, indent=2))

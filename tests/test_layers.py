@@ -2,8 +2,9 @@
 the source: every module of ``mgrpo/``, ``harness/``, ``benchmarks/`` and ``baselines/`` is parsed
 (AST only, nothing is imported), its imports at any depth are collected (module level, inside
 functions, under ``if TYPE_CHECKING:``), and each must point down the layer table. Also: no import
-cycles between modules, and imports inside functions only of the allow-listed heavy third-party
-packages.
+cycles between modules, imports inside functions only of the allow-listed heavy third-party
+packages, and a first-party import inside a function only with a ``# lazy: <reason>`` comment on its
+(first) line.
 
 The layer table and the lazy-import allowlist are read from ``docs/architecture.md`` (between the
 ``layers:begin``/``layers:end`` and ``lazy-imports:begin``/``lazy-imports:end`` markers): that page
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import io
 import re
 import sys
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,6 +98,7 @@ class Import:
     in_function: bool
     type_checking: bool
     resolved: bool = True  # False: a first-party name that is no module of the tree
+    lazy_reason: str | None = None  # the text of a ``# lazy: <reason>`` comment on the import's first line
 
 
 @dataclass
@@ -136,9 +140,23 @@ def scan(root: Path, packages: tuple[str, ...] = PACKAGES) -> Tree:
     tree.tops = frozenset(m.split(".")[0] for m in tree.modules)
     for name, is_pkg, p in files:
         rel = p.relative_to(root).as_posix()
-        source = ast.parse(p.read_text(encoding="utf-8"), filename=rel)
-        _collect(tree, name, is_pkg, rel, source, in_function=False, type_checking=False)
+        text = p.read_text(encoding="utf-8")
+        source = ast.parse(text, filename=rel)
+        _collect(tree, name, is_pkg, rel, source, in_function=False, type_checking=False,
+                 reasons=lazy_reasons(text))
     return tree
+
+
+LAZY_COMMENT = re.compile(r"#\s*lazy:\s*(\S.*?)\s*$")
+
+
+def lazy_reasons(text: str) -> dict[int, str]:
+    """Line -> the reason of a ``# lazy: <reason>`` comment on that line (a real comment, not a string)."""
+    out = {}
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT and (m := LAZY_COMMENT.match(tok.string)):
+            out[tok.start[0]] = m.group(1)
+    return out
 
 
 def _first_party(tree: Tree, dotted: str) -> bool:
@@ -146,21 +164,22 @@ def _first_party(tree: Tree, dotted: str) -> bool:
 
 
 def _collect(tree: Tree, mod: str, is_pkg: bool, rel: str, node: ast.AST, *, in_function: bool,
-             type_checking: bool) -> None:
+             type_checking: bool, reasons: dict[int, str]) -> None:
     """Every import under ``node``, remembering whether it sits in a function or a TYPE_CHECKING block."""
     for child in ast.iter_child_nodes(node):
         if isinstance(child, (ast.Import, ast.ImportFrom)):
             for target in _targets(tree, mod, is_pkg, child):
                 fp = _first_party(tree, target)
                 tree.imports.append(Import(rel, child.lineno, target, fp, in_function, type_checking,
-                                           resolved=(not fp) or target in tree.modules))
+                                           resolved=(not fp) or target in tree.modules,
+                                           lazy_reason=reasons.get(child.lineno)))
         elif isinstance(child, ast.If) and _is_type_checking(child.test):
             for branch, tc in ((child.body, True), (child.orelse, type_checking)):
                 body = ast.Module(body=branch, type_ignores=[])
-                _collect(tree, mod, is_pkg, rel, body, in_function=in_function, type_checking=tc)
+                _collect(tree, mod, is_pkg, rel, body, in_function=in_function, type_checking=tc, reasons=reasons)
         else:
             fn = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-            _collect(tree, mod, is_pkg, rel, child, in_function=fn, type_checking=type_checking)
+            _collect(tree, mod, is_pkg, rel, child, in_function=fn, type_checking=type_checking, reasons=reasons)
 
 
 def _targets(tree: Tree, mod: str, is_pkg: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
@@ -348,12 +367,27 @@ def lazy_violations(tree: Tree, allow: frozenset[str]) -> list[str]:
     return out
 
 
+def unexplained_lazy_first_party(tree: Tree, pending: frozenset[str] = frozenset()) -> list[str]:
+    """First-party imports inside a function without a ``# lazy: <reason>`` comment (files in ``pending``,
+    patterns as in the layer table, are skipped); one line per import statement."""
+    found: dict[tuple[str, int], list[str]] = {}
+    for imp in tree.imports:
+        if imp.in_function and imp.first_party and not imp.lazy_reason \
+                and not any(matches(imp.path, pat) for pat in pending):
+            found.setdefault((imp.path, imp.line), []).append(imp.target)
+    return [f"{path}:{line}: imports {', '.join(dict.fromkeys(targets))} inside a function; import it at the top of "
+            "the module, or give the reason it must wait on the import line: '# lazy: <reason>'"
+            for (path, line), targets in sorted(found.items())]
+
+
 def _report(kind: str, problems: list[str]) -> str:
     return (f"{len(problems)} {kind} (docs/architecture.md, 'Layers and dependency direction'):\n  "
             + "\n  ".join(problems))
 
 
 # ----------------------------------------------------------------------------------- tests
+
+
 
 
 @pytest.fixture(scope="module")
@@ -403,6 +437,11 @@ def test_no_import_cycles(tree: Tree) -> None:
 def test_lazy_imports_are_only_heavy_optional_packages(tree: Tree, doc: str) -> None:
     problems = lazy_violations(tree, read_lazy_allowlist(doc))
     assert not problems, _report("imports inside functions that are not allow-listed", problems)
+
+
+def test_first_party_imports_inside_functions_say_why(tree: Tree) -> None:
+    problems = unexplained_lazy_first_party(tree)
+    assert not problems, _report("first-party imports inside functions without a '# lazy:' reason", problems)
 
 
 # ------------------------------------------------------------------- the checker catches what it should
@@ -463,6 +502,26 @@ def test_checker_reports_each_kind_of_violation_with_file_and_line(tmp_path: Pat
     _, unplaced = component_map(scan(tmp_path, ("low", "side", "mid", "top")),
                                 [c for c in table if c.name != "top"])
     assert unplaced == ["top/__init__.py: matches no component; add it to exactly one row of the layer table"]
+    unexplained = unexplained_lazy_first_party(tree)
+    assert [u.split(" inside")[0] for u in unexplained] == ["low/a.py:4: imports mid.leaf"]
+    assert unexplained_lazy_first_party(tree, frozenset({"low/"})) == []
+
+
+def test_a_lazy_reason_comment_explains_a_first_party_import_inside_a_function(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/heavy.py": "",
+        "pkg/light.py": "from pkg import heavy\n\n"
+                        "def f():\n    from pkg import heavy  # lazy: heavy imports torch\n\n"
+                        "def g():\n    from pkg.heavy import (  # lazy: ditto, on the first line\n        x,\n    )\n\n"
+                        "def h():\n    from pkg.heavy import (\n        y,  # lazy: not on the first line\n    )\n\n"
+                        "def i():\n    from . import heavy  # lazy:\n\n"
+                        "def j():\n    from pkg import heavy  # a comment, no reason\n    s = '# lazy: a string'\n",
+    })
+    tree = scan(tmp_path, ("pkg",))
+    assert [u.split(": imports")[0] for u in unexplained_lazy_first_party(tree)] == [
+        "pkg/light.py:12", "pkg/light.py:17", "pkg/light.py:20"]
+    assert {i.line: i.lazy_reason for i in tree.imports if i.in_function}[4] == "heavy imports torch"
 
 
 def test_relative_and_package_imports_resolve(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ Turns run records (never stdout) into ``report.md``, a self-contained ``report.h
 embedded as base64 PNG), the PNG figures under ``figures/`` and a machine-readable
 ``report.json``::
 
-    python -m harness.report [--runs runs/] [--out reports/latest] [--smooth 0.05]
+    python -m harness.report [--runs runs/] [--out reports/latest] [--smooth auto|ALPHA]
                              [--collapse-margin 0.1] [--bootstrap 2000] [--seed 0]
 
 Contents: the paper's claims (Fig. 6, 7, 8) with verdicts, final accuracy per benchmark × trainer
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from harness.report.document import Options, build_document
 from harness.report.figures import FigureInfo
 from harness.report.dataset import Dataset, ReportInputError, load
 from harness.report.render import pretty_json, to_html, to_markdown, write_text_atomic
+from harness.report.stats import AUTO_SPAN_SHARE, auto_alpha
 
 __all__ = ["Options", "ReportResult", "ReportInputError", "build_report", "main"]
 
@@ -79,16 +80,19 @@ def build_report(opt: Options) -> ReportResult:
     Raises :class:`ReportInputError` (nothing to report) or :class:`harness.records.RecordError`
     (a broken or too-new record, naming file and line).
     """
-    if not 0.0 < opt.smooth <= 1.0:
+    if opt.smooth is not None and not 0.0 < opt.smooth <= 1.0:
         raise ValueError(f"--smooth must be in (0, 1], got {opt.smooth}")
     if opt.collapse_margin <= 0:
         raise ValueError(f"--collapse-margin must be > 0, got {opt.collapse_margin}")
     if opt.n_boot < 100:
         raise ValueError(f"--bootstrap must be >= 100 resamples, got {opt.n_boot}")
     ds = load(opt.runs_dir)
+    if opt.smooth is None:  # --smooth auto: scaled to the longest run
+        longest = max((r.max_step or 0 for r in ds.runs), default=0)
+        opt = replace(opt, smooth=auto_alpha(longest), smooth_auto=True)
     an = _analysis.analyse(ds, smooth=opt.smooth, collapse_margin=opt.collapse_margin,
                            seed=opt.seed, n_boot=opt.n_boot)
-    figs = _figures.all_figures(ds, an, opt.smooth)
+    figs = _figures.all_figures(ds, an, opt.smooth, opt.smooth_auto)
     examples = _examples.collect(ds)
     doc = build_document(ds, an, figs, opt, examples)
 
@@ -118,7 +122,7 @@ def _summary(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Options) ->
 
     return {
         "schema": rec.SCHEMA_VERSION,
-        "options": {"runs_dir": str(opt.runs_dir), "smooth": opt.smooth,
+        "options": {"runs_dir": str(opt.runs_dir), "smooth": opt.smooth, "smooth_auto": opt.smooth_auto,
                     "collapse_margin": opt.collapse_margin, "n_boot": opt.n_boot, "seed": opt.seed},
         "accuracy": [clean(dict(c.__dict__)) for c in an.accuracy],
         "claims": [{**{k: v for k, v in c.__dict__.items() if k != "comparisons"},
@@ -140,6 +144,10 @@ def _summary(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Options) ->
     }
 
 
+def _smooth_arg(text: str) -> float | None:
+    return None if text == "auto" else float(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m harness.report",
@@ -149,9 +157,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="folder of run folders runs/<run_id>/ (or one run folder); default runs/")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
                    help="output folder; default reports/latest")
-    p.add_argument("--smooth", type=float, default=0.05, metavar="ALPHA",
+    p.add_argument("--smooth", type=_smooth_arg, default=None, metavar="ALPHA|auto",
                    help="EMA weight of a point one optimizer step after the previous one (step-aware; "
-                        "in (0, 1], 1 = none); default 0.05")
+                        "in (0, 1], 1 = none); default auto: scaled to the run length, an EMA span of "
+                        f"{AUTO_SPAN_SHARE:.0%}% of the longest run's steps (6 steps -> 0.91, 100 -> 0.095)")
     p.add_argument("--collapse-margin", type=float, default=0.1, metavar="X",
                    help="drop below the smoothed peak (absolute, accuracy/reward units) that "
                         "counts as a collapse when it does not recover; default 0.1")
@@ -165,7 +174,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     a = parser.parse_args(argv)
-    if not 0.0 < a.smooth <= 1.0:
+    if a.smooth is not None and not 0.0 < a.smooth <= 1.0:
         parser.error(f"--smooth must be in (0, 1], got {a.smooth}")
     if a.collapse_margin <= 0:
         parser.error(f"--collapse-margin must be > 0, got {a.collapse_margin}")

@@ -19,6 +19,7 @@ from harness.report.figures import FigureInfo
 from harness.report.dataset import SUB_MIN_FRACTION, SUB_TRAINERS, Dataset, RunInfo
 from harness.report.examples import EXAMPLES_PER_KIND, ExamplesPage
 from harness.report.examples import href as examples_href
+from harness.report.stats import smooth_text
 from harness.report.render import Bullets, Details, Document, Fig, Heading, Link, Para, Table, pretty_json
 
 
@@ -28,8 +29,11 @@ class Options:
 
     runs_dir: Path
     out_dir: Path
-    smooth: float = 0.05
-    """Step-aware EMA weight of a point one optimizer step after the last, in (0, 1]; 1 = none."""
+    smooth: float | None = None
+    """Step-aware EMA weight of a point one optimizer step after the last, in (0, 1]; 1 = none; None
+    (``--smooth auto``, the default) scales it to the longest run (:func:`harness.report.stats.auto_alpha`)."""
+    smooth_auto: bool = False
+    """Set by :func:`harness.report.build_report` when ``smooth`` was resolved from the run length."""
     collapse_margin: float = 0.1
     """Absolute drop below the smoothed peak that counts as a collapse (accuracy/reward units)."""
     n_boot: int = 2000
@@ -79,7 +83,7 @@ def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Optio
     n_failed = sum(r.failed for r in ds.runs)
     doc.add(Para(
         f"Generated {now} from the records in {ds.runs_dir} ({len(ds.runs)} runs; arms: "
-        f"{', '.join(arms)}; {n_failed} failed). Settings: EMA α = {opt.smooth:g}, collapse margin "
+        f"{', '.join(arms)}; {n_failed} failed). Settings: EMA α = {smooth_text(opt.smooth, opt.smooth_auto)}, collapse margin "
         f"= {opt.collapse_margin:g}, {opt.n_boot} bootstrap resamples, bootstrap seed {opt.seed}. "
         f"Source: arXiv 2511.13288 (M-GRPO); its results are curves, so each claim below is a "
         f"verdict from our own runs."))
@@ -185,7 +189,7 @@ def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Optio
     # -- collapse
     doc.add(Heading(1, "Collapse detection"))
     doc.add(Para(
-        f"Rule: on each run's EMA-smoothed series (α = {opt.smooth:g} per step), a collapse is a "
+        f"Rule: on each run's EMA-smoothed series (α = {smooth_text(opt.smooth, opt.smooth_auto)}), a collapse is a "
         f"series whose last two points are both more than {opt.collapse_margin:g} below its peak; "
         f"the reported step is where the last uninterrupted stretch below peak − margin began. "
         f"Dips that recover are not collapses. Series checked: training reward per role and accuracy per benchmark, "

@@ -32,6 +32,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from harness.report.analysis import Analysis, curve  # noqa: E402
 from harness.report.dataset import Dataset  # noqa: E402
+from harness.report.stats import smooth_text  # noqa: E402
 
 DPI = 90
 STEP_LABEL = "step (optimizer steps)"
@@ -165,7 +166,7 @@ def _labels(ax, title: str, xlabel: str, ylabel: str) -> None:
     ax.grid(alpha=0.3)
 
 
-def accuracy_curves(ds: Dataset, an: Analysis, alpha: float) -> FigureInfo:
+def accuracy_curves(ds: Dataset, an: Analysis, alpha: float, auto: bool = False) -> FigureInfo:
     ra = an.run_acc
     benches = sorted(ra["benchmark"].unique()) if len(ra) else []
     col = colors(ds.arms())
@@ -184,10 +185,10 @@ def accuracy_curves(ds: Dataset, an: Analysis, alpha: float) -> FigureInfo:
     return _finish(fig, "accuracy_curves", "Eval accuracy against step (mean ± std over seeds)",
                    "Benchmark accuracy at each evaluated step, a panel per benchmark: thin line = "
                    "raw mean over seeds with a ±1 sample-std band, bold line = EMA-smoothed per run "
-                   f"(α = {alpha:g}) then averaged (cf. paper Fig. 6/7).")
+                   f"(α = {smooth_text(alpha, auto)}) then averaged (cf. paper Fig. 6/7).")
 
 
-def reward_curves(ds: Dataset, alpha: float) -> FigureInfo:
+def reward_curves(ds: Dataset, alpha: float, auto: bool = False) -> FigureInfo:
     st = ds.steps
     roles = sorted(st["role"].unique(), key=lambda r: (r != "planner", r)) if len(st) else []
     col = colors(ds.arms())
@@ -205,7 +206,7 @@ def reward_curves(ds: Dataset, alpha: float) -> FigureInfo:
     return _finish(fig, "reward_curves", "Training reward against step (mean ± std over seeds)",
                    "Mean training reward of each role's optimizer steps (R_M for the planner, R_S "
                    "for the sub-agent): thin = raw mean over seeds ± 1 sample std, bold = "
-                   f"EMA-smoothed per run (α = {alpha:g}) then averaged (cf. paper Fig. 5, 8).")
+                   f"EMA-smoothed per run (α = {smooth_text(alpha, auto)}) then averaged (cf. paper Fig. 5, 8).")
 
 
 def _cumulative(ds: Dataset) -> pd.DataFrame:
@@ -284,7 +285,7 @@ _PANEL_TITLE = {"sub_calls_mean": "sub-agent calls per rollout (mean; dotted: p9
                 "align_duplicated": "alignment: duplicated (dotted: dropped)"}
 
 
-def diagnostics(ds: Dataset, alpha: float) -> FigureInfo:
+def diagnostics(ds: Dataset, alpha: float, auto: bool = False) -> FigureInfo:
     st = ds.steps
     col = colors(ds.arms())
     fig, axes = _grid(2, 3, w=4.0, h=3.0)
@@ -314,7 +315,7 @@ def diagnostics(ds: Dataset, alpha: float) -> FigureInfo:
     return _finish(fig, "diagnostics", "Per-agent training diagnostics",
                    "Per-step diagnostics of each role (solid = planner, dashed = sub-agent; dotted "
                    "= the second quantity named in the panel title), EMA-smoothed per run "
-                   f"(α = {alpha:g}) then averaged over seeds.")
+                   f"(α = {smooth_text(alpha, auto)}) then averaged over seeds.")
 
 
 def sub_calls_hist(an: Analysis, arms: list[str]) -> FigureInfo:
@@ -342,6 +343,6 @@ def sub_calls_hist(an: Analysis, arms: list[str]) -> FigureInfo:
                    "d (docs/paper.md). Source: training step records (sub_calls_hist), else eval task records.")
 
 
-def all_figures(ds: Dataset, an: Analysis, alpha: float) -> list[FigureInfo]:
-    return [accuracy_curves(ds, an, alpha), reward_curves(ds, alpha), sample_efficiency(ds, an),
-            diagnostics(ds, alpha), sub_calls_hist(an, ds.arms())]
+def all_figures(ds: Dataset, an: Analysis, alpha: float, auto: bool = False) -> list[FigureInfo]:
+    return [accuracy_curves(ds, an, alpha, auto), reward_curves(ds, alpha, auto), sample_efficiency(ds, an),
+            diagnostics(ds, alpha, auto), sub_calls_hist(an, ds.arms())]

@@ -41,6 +41,27 @@ NOT_RUN = "not run"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_RUN)
 
 
+#: ``--smooth auto``: the EMA's span is this share of the longest run (in optimizer steps).
+AUTO_SPAN_SHARE = 0.2
+
+
+def auto_alpha(n_steps: int | None) -> float:
+    """EMA weight scaled to the run length: a span of ``AUTO_SPAN_SHARE`` of ``n_steps`` steps, as
+    ``alpha = 2 / (span + 1)`` (capped at 1). 6 steps -> 0.91 (almost raw: a short run has nothing to
+    smooth), 100 -> 0.095, 1000 -> 0.01. A fixed 0.05 would keep a 6-step curve at its first value."""
+    if not n_steps or n_steps <= 0:
+        return 1.0
+    return min(1.0, 2.0 / (AUTO_SPAN_SHARE * n_steps + 1.0))
+
+
+def smooth_text(alpha: float, auto: bool) -> str:
+    """How a figure caption or the settings line states the smoothing."""
+    if auto:
+        return (f"{alpha:.2g} per step, scaled to the run length: an EMA span of {AUTO_SPAN_SHARE:.0%} of the "
+                "longest run's steps (--smooth auto)")
+    return f"{alpha:g} per step"
+
+
 def ema(values: Sequence[float] | np.ndarray, alpha: float,
         steps: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
     """Step-aware exponential moving average; NaNs carry the previous smoothed value.

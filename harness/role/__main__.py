@@ -13,6 +13,13 @@ import os
 import sys
 from pathlib import Path
 
+from baselines import get_trainer
+from harness.config import ConfigError
+from harness.role.common import load_role_config, store_url
+from harness.role.planner import run_planner
+from harness.role.tasks import read_run_tasks
+from mgrpo.store import open_store
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.role", description="One role of a decoupled M-GRPO run.")
@@ -30,10 +37,6 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from baselines import get_trainer
-    from harness.config import ConfigError
-    from harness.role.common import load_role_config, store_url
-    from harness.role.tasks import read_run_tasks
 
     run_dir = Path(args.run_dir)
     try:
@@ -46,15 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(cfg.threads)
-    from mgrpo.store import open_store
 
     store = open_store(args.store or store_url(cfg, run_dir), run_id=run_dir.name)
     try:
         if args.role == "planner":
-            from harness.role.planner import run_planner
-
             return run_planner(cfg, tasks, run_dir, store, args.world_url, args.sub_url, args.resume)
-        from harness.role.sub import run_sub
+        from harness.role.sub import run_sub  # lazy: torch/TRL; after the role's config and tasks
 
         return run_sub(cfg, tasks, run_dir, store, args.world_url, args.resume)
     finally:

@@ -20,6 +20,8 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.records import RunPaths
+
 STORE_POSITION_FILE = "mgrpo_store.json"
 """Written into each sub checkpoint: the largest store position (consumer log) the checkpoint covers."""
 
@@ -72,8 +74,6 @@ def drop_incomplete_checkpoints(out_dir: Path, required: Sequence[str] = ()) -> 
 def truncate_metrics(run_dir: Path, role: str, step: int) -> int:
     """On resume from checkpoint ``step`` (0 when there is none): drop the step records after it (those
     steps are redone) and any line a kill cut; returns how many lines were dropped."""
-    from harness.records import RunPaths
-
     path = RunPaths(run_dir).metrics(role)
     if not path.is_file():
         return 0

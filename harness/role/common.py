@@ -21,9 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config import ConfigError, from_dict, load_yaml
-from harness.records import StepRecord, append_step
-from harness.train_config import TrainConfig
+from harness.checkpoint_files import warm_start_model_dir
+from harness.config import ConfigError, apply_overrides, from_dict, load_yaml
+from harness.records import RunPaths, StepRecord, append_step
+from harness.tools.toolbox import AddressedToolbox
+from harness.tools.toolbox import build_toolbox as _build
+from harness.train_config import TrainConfig, report_targets
+from harness.world.generator import generate_world
+from harness.world.search import SearchIndex
 
 #: Store stat the planner role sets when it has finished (the sub role then drains and stops).
 PLANNER_DONE = "planner_done"
@@ -36,34 +41,30 @@ EVAL_PREFIX = "eval/"
 # ------------------------------------------------------------------------------ config, store
 def load_role_config(path: str, overrides: list[str]) -> TrainConfig:
     """The run config a role reads (``<run>/config.yaml``) with ``key.path=value`` overrides."""
-    from harness.config import apply_overrides
-
     data = apply_overrides(load_yaml(path), overrides)
     return from_dict(TrainConfig, data, where=path)
 
 
 def store_url(cfg: TrainConfig, run_dir: Path) -> str:
     """``store.url``, else the embedded sqlite store of the run directory (docs/report.md layout)."""
-    from harness.records import RunPaths
-
     return cfg.store.url or f"sqlite:///{RunPaths(run_dir).store_db.resolve()}"
 
 
 # ------------------------------------------------------------------------------ models, tools
 def load_model_for(name: str, agent: str, cfg: TrainConfig) -> tuple[Any, Any]:
-    """(model, tokenizer) of ``agent`` from a model name/path or a warm-start directory."""
-    from harness.models import WARM_START_DIRS, ModelSpec, load_model
+    """(model, tokenizer) of ``agent`` from a model name/path or a warm-start directory (a shipped
+    checkpoint is verified against its provenance first)."""
+    from harness.models import ModelSpec, load_model  # lazy: torch; after the role's config and tasks
 
     root = Path(name)
-    sub = root / WARM_START_DIRS[agent]
-    if root.is_dir() and sub.is_dir():
-        name = str(sub)
+    if root.is_dir():
+        name = str(warm_start_model_dir(root, agent))
     spec = ModelSpec(name=name, seed=cfg.models.init_seed, dtype=cfg.models.dtype, cache_dir=cfg.models.cache_dir)
     return load_model(spec)
 
 
 def make_backend(model: Any, tokenizer: Any, vllm_url: str | None) -> Any:
-    from harness.backends import HFBackend, VLLMBackend
+    from harness.backends import HFBackend, VLLMBackend  # lazy: torch; after the role's config and tasks
 
     return VLLMBackend(vllm_url) if vllm_url else HFBackend(model, tokenizer)
 
@@ -74,11 +75,6 @@ def build_toolbox(cfg: TrainConfig, world_url: str) -> Any:
     The world is regenerated from ``world.seed`` / ``world.size`` for the search index: deterministic, and
     cheap next to loading a model (the world server does the same); the tasks are not (they are read from
     the prepared task set, :mod:`harness.role.tasks`)."""
-    from harness.tools.toolbox import AddressedToolbox
-    from harness.tools.toolbox import build_toolbox as _build
-    from harness.world.generator import generate_world
-    from harness.world.search import SearchIndex
-
     world = generate_world(seed=cfg.world.seed, size=cfg.world.size)
     toolbox = _build(cfg.tools, SearchIndex.build(world), world_url)
     return AddressedToolbox(toolbox, cfg.world.address, world_url) if cfg.world.address else toolbox
@@ -173,8 +169,7 @@ def mgrpo_args(cfg: TrainConfig, role: str, out_dir: Path, group_size: int, n_gr
     under the run name ``<run_id>-<role>``; TensorBoard writes to ``<run>/<role>/tensorboard``."""
     import torch
 
-    from harness.train_config import report_targets
-    from mgrpo.trainer import MGRPOConfig
+    from mgrpo.trainer import MGRPOConfig  # lazy: torch/TRL; after the role's config and tasks
 
     sec = cfg.planner if role == "planner" else cfg.sub
     n_proc = int(os.environ.get("WORLD_SIZE", "1"))

@@ -31,7 +31,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.records import TaskRecord, append_task
+from baselines import get_trainer
+from benchmarks.base import Task
+from benchmarks.registry import get_benchmark
+from harness.records import RecordError, RunPaths, TaskRecord, append_task, read_tasks
 from harness.role.checkpoints import checkpoint_step, last_checkpoint, resume_records
 from harness.role.common import (
     EVAL_PREFIX,
@@ -48,7 +51,16 @@ from harness.role.common import (
     mgrpo_args,
 )
 from harness.role.tasks import RunTasks, task_key
+from harness.rollout import AgentRuntime, Query, run_group
+from harness.subagent_service import HTTPSubAgentClient
 from harness.train_config import TrainConfig, resolve_advantage_fn
+from harness.transcript import episode_transcript
+from harness.world.expert import answers_match
+from harness.world.schemas import benchmark_of, task_prompt
+from harness.world.tasks import rebase
+from mgrpo.alignment import sub_calls_quantile
+from mgrpo.rewards import main_reward
+from mgrpo.store import RolloutRecord, SubCallRecord
 
 
 class PlannerRollout:
@@ -61,8 +73,6 @@ class PlannerRollout:
         self.runtime: Any = None
 
     def ensure_runtime(self, trainer: Any) -> Any:
-        from harness.rollout import AgentRuntime
-
         if self.runtime is None:
             model = trainer.accelerator.unwrap_model(trainer.model)
             self.runtime = AgentRuntime(make_backend(model, self.tokenizer, self.cfg.planner.vllm_url), self.tokenizer)
@@ -70,25 +80,14 @@ class PlannerRollout:
         return self.runtime
 
     def run(self, queries: list[Any], cfg: Any, seed: int, step: int) -> Any:
-        from harness.rollout import run_group
-
         if self.sub_client is not None:
             return run_group(queries, self.runtime, cfg, sub_agent=self.sub_client, seed=seed, step=step)
         return run_group(queries, self.runtime, cfg, toolbox=self.toolbox, seed=seed, step=step)
 
     def question(self, task: dict[str, Any]) -> str:
-        from harness.world.schemas import task_prompt
-        from harness.world.tasks import rebase
-
         return task_prompt(rebase(task, self.cfg.world.address or self.world_url))
 
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, Any]:
-        from harness.rollout import Query
-        from harness.world.expert import answers_match
-        from mgrpo.alignment import sub_calls_quantile
-        from mgrpo.rewards import main_reward
-        from mgrpo.store import RolloutRecord, SubCallRecord
-
         k = self.cfg.k
         step = int(trainer.state.global_step)
         if len(prompts) % k or any(len(set(prompts[i:i + k])) != 1 for i in range(0, len(prompts), k)):
@@ -153,12 +152,6 @@ class PlannerRollout:
 def run_eval(cfg: TrainConfig, run_dir: Path, rollout: PlannerRollout, eval_tasks: list[dict[str, Any]],
              step: int) -> int:
     """Greedy K=1 episodes of the eval tasks with the current policies -> task records (docs/evaluation.md, docs/report.md)."""
-    from benchmarks.base import Task
-    from benchmarks.registry import get_benchmark
-    from harness.rollout import Query
-    from harness.transcript import episode_transcript
-    from harness.world.schemas import benchmark_of
-
     if not eval_tasks:
         return 0
     # One answer matcher per benchmark name: the records are named local_<style>, so they are scored by that
@@ -195,16 +188,11 @@ def is_eval_step(cfg: TrainConfig, step: int) -> bool:
 
 def _local_eval_files(run_dir: Path) -> list[tuple[int, Path]]:
     """``(step, file)`` of the planner role's own evaluation records (``eval/<step>/local_<style>.jsonl``)."""
-    from harness.records import RunPaths
-
     return [(step, path) for step, bench, path in RunPaths(run_dir).eval_files() if bench.startswith("local_")]
 
 
 def eval_complete(run_dir: Path, step: int, eval_tasks: list[dict[str, Any]]) -> bool:
     """Whether the evaluation of ``step`` holds exactly one record per evaluation task (none cut, none twice)."""
-    from harness.records import RecordError, read_tasks
-    from harness.world.schemas import benchmark_of
-
     got = []
     for s, path in _local_eval_files(run_dir):
         if s != step:
@@ -250,9 +238,7 @@ def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any
     """The planner role on the prepared ``run_tasks``; returns the exit status."""
     from datasets import Dataset
 
-    from baselines import get_trainer
-    from harness.subagent_service import HTTPSubAgentClient
-    from mgrpo.trainer import MGRPOTrainer
+    from mgrpo.trainer import MGRPOTrainer  # lazy: torch/TRL; after the role's config and tasks
 
     spec = get_trainer(str(cfg.trainer))
     store.put_stat(PLANNER_DONE, None)  # a previous (killed) planner's signal does not count

@@ -39,7 +39,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from baselines import get_trainer
 from harness.config import ConfigError
+from harness.records import append_jsonl, iter_jsonl, write_json_atomic
 from harness.role.checkpoints import STORE_POSITION_FILE, checkpoint_step, last_checkpoint, resume_records
 from harness.role.common import (
     EVAL_PREFIX,
@@ -56,7 +58,13 @@ from harness.role.common import (
     trainer_callback_base,
 )
 from harness.role.tasks import RunTasks
+from harness.rollout import AgentRuntime, SubAgentEngine, Trajectory
+from harness.subagent_service import SubAgentServer
 from harness.train_config import TrainConfig, resolve_advantage_fn
+from harness.world.judge import expert_judge, match_subtask
+from mgrpo.alignment import FifoChunker, align, alignment_stats, query_seed
+from mgrpo.rewards import sub_reward
+from mgrpo.store import StoreTimeout
 from mgrpo.trainer import MGRPOTrainer
 
 
@@ -73,8 +81,6 @@ def subtask_text(traj: Any) -> str:
 
 def r_expert(task: dict[str, Any] | None, traj: Any) -> float:
     """The expert judge's score of a sub-agent result against the matched gold subtask (docs/paper.md)."""
-    from harness.world.judge import expert_judge, match_subtask
-
     if task is None or traj.final is None:
         return 0.0
     gold = task.get("gold", {}).get("subtasks") or []
@@ -109,8 +115,6 @@ class SubRollout:
     def __init__(self, cfg: TrainConfig, tasks: dict[str, dict[str, Any]], store: Any, server: Any,
                  step_lock: StepLock, stats: StepStats, spool: Path | None = None,
                  resume_position: int | None = None) -> None:
-        from mgrpo.alignment import FifoChunker
-
         self.cfg, self.tasks, self.store, self.server = cfg, tasks, store, server
         self.step_lock, self.stats = step_lock, stats
         self.buffer: dict[tuple[str, int, int], Any] = {}
@@ -133,9 +137,6 @@ class SubRollout:
                 self.buffer[(t.query_id, t.rollout, t.call or 0)] = t
 
     def _load_spool(self, spool: Path) -> None:
-        from harness.records import iter_jsonl
-        from harness.rollout import Trajectory
-
         for _, row in iter_jsonl(spool, tolerate_truncated_tail=True):
             t = Trajectory(**row)
             self.buffer[(t.query_id, t.rollout, t.call or 0)] = t
@@ -159,8 +160,6 @@ class SubRollout:
         """For a resumed role with no step left: ack the redelivered groups its checkpoint covers; the count.
 
         Redeliveries come before any new group, so taking as many groups as are pending takes only those."""
-        from mgrpo.store import StoreTimeout
-
         n = 0
         for _ in range(len(self.store.pending_groups())):
             try:
@@ -187,8 +186,6 @@ class SubRollout:
         The position first (atomically; it completes the checkpoint, see :func:`last_checkpoint`), then the
         acks: a kill in between leaves groups the checkpoint covers unacknowledged, and those are skipped on
         resume (:meth:`covered`)."""
-        from harness.records import write_json_atomic
-
         top = max((p for _, p in self.to_ack), default=-1)
         if ckpt.is_dir():
             prev = self.resume_position if self.resume_position is not None else -1
@@ -198,8 +195,6 @@ class SubRollout:
 
     def next_group(self) -> Any:
         """The next complete group; :class:`PlannerFinished` when the planner is done and none is left."""
-        from mgrpo.store import StoreTimeout
-
         deadline = time.monotonic() + self.cfg.store.group_timeout_s
         while True:
             try:
@@ -216,8 +211,6 @@ class SubRollout:
 
     def items_of(self, group: Any) -> dict[tuple[int, int], tuple[Any, float, dict[str, float]]]:
         """Every sub-trajectory of a group with its R_S and reward parts, keyed by (rollout, call)."""
-        from mgrpo.rewards import sub_reward
-
         w = self.cfg.rewards
         out = {}
         for rec in group.rollouts:
@@ -235,8 +228,6 @@ class SubRollout:
         return out
 
     def aligned(self, group: Any, items: dict[tuple[int, int], Any]) -> list[Any] | None:
-        from mgrpo.alignment import align, alignment_stats, query_seed
-
         counts = [0] * group.k
         # Re-index the calls present (missing trajectories shrink d_k) so align() sees 0..d_k-1.
         present: dict[int, list[tuple[int, int]]] = {}
@@ -321,8 +312,6 @@ def spool_engine_results(engine: Any, spool: Path) -> None:
     the service "keeps the token trajectory locally (run dir)"), and a restarted sub role can train on
     a redelivered group.
     """
-    from harness.records import append_jsonl
-
     run = engine.run
 
     def run_and_spool(subtasks: Any, stats: Any = None) -> Any:
@@ -432,10 +421,6 @@ def build_sub_trainer(cfg: TrainConfig, run_dir: Path, store: Any, server: Any, 
 def run_sub(cfg: TrainConfig, run_tasks: RunTasks | None, run_dir: Path, store: Any, world_url: str,
             resume: bool) -> int:
     """The sub role; ``run_tasks`` (the prepared task set) is needed when the sub-agent trains."""
-    from baselines import get_trainer
-    from harness.rollout import AgentRuntime, SubAgentEngine
-    from harness.subagent_service import SubAgentServer
-
     spec = get_trainer(str(cfg.trainer))
     if not spec.has_sub:
         raise ConfigError(f"trainer {cfg.trainer!r} has no sub role (roles: {spec.roles})")

@@ -42,7 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import ConfigError, to_dict
+from harness.records import RunPaths, read_tasks, write_json_atomic
+from harness.role.common import load_role_config
 from harness.train_config import TrainConfig
+from harness.world.generator import generate_world
+from harness.world.schemas import task_id
+from harness.world.tasks import TaskConfig, generate_tasks, select_tasks
 
 #: Written into ``taskset.json``; a reader refuses any other.
 TASKSET_FORMAT = "mgrpo-taskset/1"
@@ -69,8 +74,6 @@ class RunTasks:
 
 
 def task_key(task: dict[str, Any]) -> str:
-    from harness.world.schemas import task_id
-
     return task_id(task)
 
 
@@ -123,9 +126,6 @@ def _check_enough(train: list[dict[str, Any]], cfg: TrainConfig) -> None:
 def generate_run_tasks(cfg: TrainConfig) -> RunTasks:
     """(training tasks, evaluation tasks) as the config selects them (deterministic per world seed), with
     the world fingerprint in ``meta``; generates the world and verifies every task with the scripted expert."""
-    from harness.world.generator import generate_world
-    from harness.world.tasks import TaskConfig, generate_tasks, select_tasks
-
     t0 = time.perf_counter()
     world = generate_world(seed=cfg.world.seed, size=cfg.world.size)
     taskset = generate_tasks(world, TaskConfig(n_train=cfg.tasks.n_train, n_test=cfg.tasks.n_test,
@@ -153,8 +153,6 @@ def generate_run_tasks(cfg: TrainConfig) -> RunTasks:
 
 def hard_filter(tasks: list[dict[str, Any]], run_dir: Path, max_success: float) -> list[dict[str, Any]]:
     """Paper stage 2: keep tasks the stage-1 run solved in at most ``max_success`` of its eval records."""
-    from harness.records import RunPaths, read_tasks
-
     files = RunPaths(run_dir).eval_files()
     if not files:
         raise ConfigError(f"tasks.hard_filter_run={run_dir}: no eval records there (run stage 1 with eval.every > 0)")
@@ -185,8 +183,6 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def write_run_tasks(out_dir: Path, tasks: RunTasks) -> dict[str, Any]:
     """Write the task set into ``out_dir`` (``taskset.json`` last, so a cut write is no task set); its meta."""
-    from harness.records import write_json_atomic
-
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / META_FILE).unlink(missing_ok=True)  # replaced last: until then the folder is no task set
     _write_jsonl(out_dir / TRAIN_FILE, tasks.train)
@@ -246,7 +242,6 @@ def reuse_run_tasks(task_dir: Path, cfg: TrainConfig) -> RunTasks | None:
     if meta is None:
         return None
     check_selection(meta, cfg, task_dir)
-    from harness.world.generator import generate_world
 
     now = world_fingerprint(generate_world(seed=cfg.world.seed, size=cfg.world.size))
     if now != meta["world"].get("fingerprint"):
@@ -268,7 +263,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="task set folder (the roles' --tasks; default there <run-dir>/tasks)")
     ap.add_argument("overrides", nargs="*", help="key.path=value config overrides")
     args = ap.parse_args(argv)
-    from harness.role.common import load_role_config
 
     try:
         cfg = load_role_config(args.config, args.overrides)

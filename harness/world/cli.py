@@ -17,6 +17,8 @@ import sys
 import threading
 
 from harness.world.generator import SIZES, WorldConfig, generate_world
+from harness.world.server import WorldServer
+from harness.world.tasks import TaskConfig, generate_tasks, write_tasks
 from harness.world.toolbox import DEFAULT_BASE_URL
 
 
@@ -47,8 +49,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from harness.world.server import WorldServer
-
     world = generate_world(WorldConfig(seed=args.seed, size=args.size))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -64,8 +64,6 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _tasks(args: argparse.Namespace) -> int:
-    from harness.world.tasks import TaskConfig, generate_tasks, write_tasks
-
     n_train, n_test = (args.n, args.n) if args.n is not None else (args.n_train, args.n_test)
     cfg = TaskConfig(n_train=n_train, n_test=n_test, test_fraction=args.test_fraction, base_url=args.base_url,
                      verify=not args.no_verify)

@@ -506,3 +506,41 @@ def test_model_runner_sees_the_world_as_the_run_trained_on_it():
     finally:
         runner.close()
         world.close()
+
+
+@pytest.mark.slow
+def test_suite_evaluates_a_model_folder_without_a_run(tmp_path):
+    """Issue 16: ``pytest benchmarks/ --model DIR`` evaluates a shipped checkpoint (planner and sub-agent
+    from the folder, world size and tools from its provenance, any --world-seed); a changed file is
+    refused before any task runs, naming the file."""
+    from harness.models import ModelSpec, load_model
+    from harness.warmstart import ship_checkpoint
+
+    model, tokenizer = load_model(ModelSpec(name="tiny", cache_dir=str(tmp_path / "cache")))
+    build = tmp_path / "build"
+    for agent in ("planner", "sub_agent", "single_agent"):
+        model.save_pretrained(build / agent)
+        tokenizer.save_pretrained(build / agent)
+    summary = {"config": {"agents": ["planner", "sub_agent", "single_agent"], "joint": True, "world_seed": 0,
+                          "world_size": "tiny", "search_top_k": 2, "eval_max_new_tokens": 8, "demo_worlds": 0,
+                          "seed": 0},
+               "stages": {"total_s": 1.0}, "agents": {"joint": {}}, "n_demo_tasks": 0, "n_demo_worlds": 0}
+    ship = tmp_path / "ship"
+    ship_checkpoint(build, ship, summary, ["--preset", "tiny"])
+    runs = tmp_path / "runs"
+    proc = run_suite("--model", str(ship), "--runs-dir", str(runs), "--world-seed", "7", "--bench", "local_xbench",
+                     "--bench-limit", "1", "--benchmark-disable")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = runs / "model-ship-tiny-w7"
+    (rec,) = read_tasks(run / "eval" / "0" / "local_xbench.jsonl").records
+    assert rec.benchmark_version == "1+seed7.tiny" and rec.trainer == "mgrpo" and rec.correct is False
+    joint = str((ship / "joint").resolve())
+    assert {r: w["path"] for r, w in rec.extra["weights"].items()} == {"planner": joint, "sub": joint}
+    assert f"planner: the model folder's weights (--model): {joint}" in proc.stdout
+    prov = json.loads((run / "provenance.json").read_text())
+    assert prov["arm"] == "checkpoint:ship" and prov["config"]["tools"] == {"search_top_k": 2}
+    # a changed weight file: refused before any task, naming the file
+    weights = ship / "joint" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    proc = run_suite("--model", str(ship), "--runs-dir", str(runs), "--bench", "local_xbench", "--bench-limit", "1")
+    assert proc.returncode != 0 and "model.safetensors: SHA-256 does not match" in proc.stdout + proc.stderr

@@ -503,3 +503,25 @@ def test_accuracy_rows_link_to_examples_with_transcripts(tmp_path: Path):
     bare = page.split("run single_agent-s1 ")[1].split("<h2")[0]
     assert bare.count("no transcript recorded") == bare.count('<details class="example">') > 0
     assert "no transcript recorded" not in page.split("run single_agent-s1 ")[0]
+
+
+def test_auto_smoothing_scales_to_the_run_length_and_follows_a_short_runs_data(tmp_path: Path, capsys):
+    """Issue 16: a fixed α = 0.05 keeps a 6-step curve at its first value; the default (auto) scales
+    the EMA span to the longest run and the captions say so."""
+    from harness.report import stats
+
+    assert stats.auto_alpha(6) == pytest.approx(2 / 2.2) and stats.auto_alpha(100) == pytest.approx(2 / 21)
+    assert stats.auto_alpha(0) == 1.0 and stats.auto_alpha(10_000) < 0.01
+    rising = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    fixed = stats.ema(rising, 0.05)
+    auto = stats.ema(rising, stats.auto_alpha(6))
+    assert fixed[-1] < 0.3 and auto[-1] > 0.9  # the fixed one stays near the first value
+    runs = tmp_path / "runs"
+    make_experiment(runs, trainers=("frozen_sub", "mgrpo"), seeds=(0, 1), steps=6, eval_every=3,
+                    benchmarks=("b",), n_tasks=5)
+    code, out = _run_main(["--runs", str(runs), "--out", str(tmp_path / "o"), "--bootstrap", "100"], capsys)
+    assert code == 0, out
+    js = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert js["options"]["smooth_auto"] is True and js["options"]["smooth"] == pytest.approx(stats.auto_alpha(6))
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "scaled to the run length" in md and "--smooth auto" in md

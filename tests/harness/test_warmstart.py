@@ -157,3 +157,157 @@ def test_tokenizer_worlds_add_other_worlds_pages_to_the_tiny_tokenizer_corpus():
     extra = set(more.corpus) - set(base.corpus)
     assert len(more.corpus) > len(base.corpus) and extra  # the other world's pages
     assert base.demos.n_tasks == more.demos.n_tasks  # the demonstrations are the same tasks
+
+
+# ------------------------------------------------------------------ the generalising warm start (letters, gate)
+LETTERS = ["tokenizer=letters", "world_demos=false", "demo_worlds=40", "demo_world_tasks=1", "tokenizer_worlds=3",
+           "world_size=tiny", "n_train_tasks=2", "n_test_tasks=4", "search_top_k=3"]
+
+
+@pytest.fixture(scope="module")
+def letters_prep():
+    return prepare(load_config(WarmstartConfig, None, LETTERS))
+
+
+def test_letters_tokenizer_spells_an_unseen_worlds_names_with_tokens_training_targets_contain_often(letters_prep):
+    """Every token of every entity name, URL slug and answer of a world no demonstration came from is a
+    token the training targets (model turns) contain many times: a name never seen is writable."""
+    from collections import Counter
+
+    from harness.warmstart import demo_world_seed, entity_strings
+
+    prep = letters_prep
+    targets: Counter[int] = Counter()
+    for agent in ("planner", "sub_agent", "single_agent"):
+        for ex in prep.examples(agent):
+            targets.update(t for t in ex["labels"] if t != -100)
+    used = {0} | {demo_world_seed(0, i) for i in range(40)}
+    unseen_seed = 424242
+    assert unseen_seed not in used
+    unseen = generate_world(seed=unseen_seed, size="tiny")
+    tasks = generate_tasks(unseen, TaskConfig(n_train=3, n_test=3))
+    strings = entity_strings(unseen) | {str(t["gold"]["answer"]) for t in tasks.all()}
+    tok = prep.tokenizer
+    rare = {s: [tok.convert_ids_to_tokens(i) for i in tok(s, add_special_tokens=False)["input_ids"] if targets[i] < 10]
+            for s in strings}
+    rare = {s: r for s, r in rare.items() if r}
+    assert not rare, f"tokens trained fewer than 10 times: {dict(list(rare.items())[:5])}"
+    # names are spelled: no token spans two letters of a name (template words stay whole)
+    name = next(e.name for e in unseen.entities.values() if e.kind == "person")
+    assert all(len(t) == 1 for t in tok.tokenize(name.replace(" ", "")))
+    assert tok.tokenize("Find the year") == ["Find", "Ġ", "the", "Ġ", "year"]
+
+
+def test_checked_world_never_appears_in_letters_demonstrations(letters_prep):
+    prep = letters_prep
+    names = {e.name for e in prep.world.entities.values()}
+    text = json.dumps([prep.demos.planner, prep.demos.sub_agent, prep.demos.single_agent])
+    assert prep.demos.n_tasks >= 6 and not [n for n in names if n in text]
+
+
+def test_gate_marks_the_name_tokens_of_model_turns_only(letters_prep):
+    from harness.warmstart import entity_strings, gate_marks, gate_transcripts
+
+    prep = letters_prep
+    demos = gate_transcripts(prep.test[:3], prep.toolbox)
+    names = entity_strings(prep.world)
+    codec = EpisodeTokens(prep.tokenizer, agent_prompt("sub_agent").tools)
+    msgs = demos.sub_agent[0]
+    ids, kind = gate_marks(codec, msgs, names)
+    assert ids == tokenize_transcript(codec, msgs)["input_ids"] and len(kind) == len(ids)
+    labels = tokenize_transcript(codec, msgs)["labels"]
+    assert [k >= 0 for k in kind] == [x != -100 for x in labels]  # marks only on model tokens
+    occurrences = {}
+    for i, k in zip(ids, kind):
+        if k > 0:
+            occurrences.setdefault(k, []).append(i)
+    spelled = {prep.tokenizer.decode(v) for v in occurrences.values()}
+    assert spelled and spelled <= names  # each marked run decodes to exactly an entity name or slug
+    # the search query copies the task's entity name: its tokens are marked
+    query = json.loads(msgs[2]["content"].split(">", 1)[1].rsplit("<", 1)[0])["arguments"]["query"]
+    assert query in spelled
+
+
+def test_copy_gate_scores_an_untrained_model_near_chance(letters_prep):
+    import math
+
+    from harness.warmstart import copy_gate, entity_strings, gate_transcripts
+
+    prep = letters_prep
+    model, _ = load_model(prep.spec, corpus=prep.corpus)
+    gate = copy_gate(model, prep.tokenizer, gate_transcripts(prep.test[:2], prep.toolbox), entity_strings(prep.world))
+    assert gate["n_name_tokens"] > 0 and gate["n_other_tokens"] > 0 and gate["n_names"] >= 2
+    chance = math.log(len(prep.tokenizer))
+    assert abs(gate["name_loss"] - chance) < 1.0 and abs(gate["other_loss"] - chance) < 1.0
+    assert gate["names_exact"] == 0.0
+
+
+def test_interleave_benchmarks_spreads_a_prefix_over_styles():
+    from harness.warmstart import interleave_benchmarks
+
+    tasks = [{"gold": {"template": f"{b}.x"}, "i": i} for b in ("gaia", "xbench", "webwalkerqa") for i in range(3)]
+    out = interleave_benchmarks(tasks)
+    assert [t["gold"]["template"].split(".")[0] for t in out[:3]] == ["gaia", "webwalkerqa", "xbench"]
+    assert sorted(map(id, out)) == sorted(map(id, tasks))
+
+
+@pytest.mark.slow
+def test_killed_sft_resumes_from_its_last_checkpoint(tmp_path, letters_prep):
+    from harness.warmstart import sft_train
+
+    prep = letters_prep
+    examples = [e for e in prep.examples("planner") if len(e["input_ids"]) <= 1024][:8]
+    cfg = load_config(WarmstartConfig, None, [*LETTERS, "max_steps=2", "save_steps=2", "batch_size=2"])
+    first = sft_train(load_model(prep.spec, corpus=prep.corpus)[0], prep.tokenizer, examples, cfg, tmp_path)
+    assert first["steps"] == 2 and first["resumed_from"] is None
+    assert (tmp_path / "trainer" / "checkpoint-2").is_dir()
+    # the same build run again with a longer schedule continues from step 2 (a kill after the save)
+    cfg.max_steps = 4
+    second = sft_train(load_model(prep.spec, corpus=prep.corpus)[0], prep.tokenizer, examples, cfg, tmp_path)
+    assert second["resumed_from"].endswith("checkpoint-2") and second["steps"] == 4
+
+
+@pytest.mark.slow
+def test_shipped_checkpoint_records_hashes_and_refuses_a_changed_file(tmp_path):
+    from harness.models import CheckpointError, check_model_ref, verify_checkpoint, warm_start_model_dir
+
+    build, ship = tmp_path / "build", tmp_path / "ship"
+    rc = main(["--out", str(build), "--ship", str(ship), *LETTERS, "joint=true", "max_steps=1", "batch_size=2",
+               "eval_tasks=3", "gate_tasks=2", "eval_max_new_tokens=8", "max_length=1024"])
+    assert rc == 0
+    prov = verify_checkpoint(ship)
+    assert prov["agents"] == {"planner": "joint", "sub_agent": "joint", "single_agent": "joint"}
+    assert sorted(p.name for p in ship.iterdir()) == ["joint", "provenance.json"]  # one copy of the joint model
+    assert "model.safetensors" in {p.split("/")[-1] for p in prov["sha256"]} and prov["bytes"] < 16e6
+    assert prov["command"].startswith("python -m harness warmstart") and prov["git"]["commit"]
+    assert prov["check"]["greedy"]["n_tasks"] == 3 and prov["check"]["expert"]["success"] > 0
+    assert set(prov["check"]["greedy"]["per_benchmark"]) == {"gaia", "webwalkerqa", "xbench"}
+    assert prov["copy_gate"]["joint"]["n_name_tokens"] > 0
+    for agent in ("planner", "sub_agent", "single_agent"):
+        assert warm_start_model_dir(ship, agent) == ship / "joint"
+        check_model_ref(str(ship), agent, key=f"models.{agent}")
+    model, tok = load_model(str(warm_start_model_dir(ship, "planner")))
+    assert model.config.vocab_size == len(tok)
+    # a changed weight file is refused, naming the file
+    weights = ship / "joint" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="model.safetensors: SHA-256 does not match"):
+        warm_start_model_dir(ship, "planner")
+    with pytest.raises(Exception, match="models.planner=.*model.safetensors"):
+        check_model_ref(str(ship), "planner", key="models.planner")
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    verify_checkpoint(ship)
+    # a tokenizer that does not belong to the model (more tokens than its embedding), hashes updated
+    tj = ship / "joint" / "tokenizer.json"
+    doc = json.loads(tj.read_text())
+    doc["added_tokens"].append({**doc["added_tokens"][-1], "id": 100_000, "content": "<extra>"})
+    tj.write_text(json.dumps(doc))
+    from harness.models import sha256_file
+
+    prov["sha256"]["joint/tokenizer.json"] = sha256_file(tj)
+    (ship / "provenance.json").write_text(json.dumps(prov))
+    with pytest.raises(CheckpointError, match="tokenizer.json: .* tokens but the model"):
+        verify_checkpoint(ship)
