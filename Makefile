@@ -29,9 +29,10 @@ test: sysdeps venv
 	$(VPY) -m pytest tests -n 2 --dist loadgroup -q $(PYTEST_ARGS)
 
 # BUDGET: minutes the full demo may take; a short calibration refuses a preset that cannot fit (QUICK=1 skips it).
+# WARMSTART=1: rebuild the warm start and ship it to baselines/checkpoints/tiny/ first (else the shipped one is used).
 BUDGET ?= 40
 demo: sysdeps venv
-	$(VPY) -m harness experiment --preset tiny $(if $(QUICK),--seeds 1 --quick,--seeds 2 --budget-min $(BUDGET))
+	$(VPY) -m harness experiment --preset tiny $(if $(WARMSTART),--rebuild-warmstart) $(if $(QUICK),--seeds 1 --quick,--seeds 2 --budget-min $(BUDGET))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .benchmarks

@@ -32,6 +32,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from harness.budget import estimate_experiment, format_breakdown
+from harness.checkpoint_files import PROVENANCE_FILE, verify_checkpoint
 from harness.config import ConfigError, load_config, load_yaml
 from harness.records import portable_argv
 from harness.train_config import load_train_config
@@ -39,6 +40,8 @@ from harness.warmstart import WarmstartConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "baselines" / "configs"
+#: Shipped warm-start checkpoints, one folder per preset (``python -m harness warmstart --preset P --ship ...``).
+CHECKPOINTS = ROOT / "baselines" / "checkpoints"
 
 #: (run name, config file) per preset, in the order they run.
 ARMS = ("single_agent", "frozen_sub", "mgrpo", "mgrpo_align_none")
@@ -103,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="experiment directory (default runs/experiment-<preset>[-quick])")
     ap.add_argument("--report", default=None, help="report directory (default reports/<preset>-cpu[-quick])")
     ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated trainer configs of the preset to run")
+    ap.add_argument("--rebuild-warmstart", action="store_true",
+                    help="build the warm start first and ship it to baselines/checkpoints/<preset>/ (make demo "
+                         "WARMSTART=1); by default a shipped checkpoint there is the start of every run")
     ap.add_argument("--budget-min", type=float, default=None,
                     help="refuse to start when the calibrated estimate of the whole experiment exceeds this many "
                          "minutes (make demo: BUDGET, default 40); the estimate and its breakdown are printed either way")
@@ -127,23 +133,40 @@ def main(argv: list[str] | None = None) -> int:
 
     ws_dir = out / "warmstart"
     ws_config = preset_dir / "warmstart.yaml"
+    shipped = CHECKPOINTS / args.preset
+    use_shipped = (shipped / PROVENANCE_FILE).is_file() and not args.rebuild_warmstart
     estimate_min = None
     if args.budget_min is not None:
-        rc, estimate_min = check_budget(args, preset_dir, arms, ws_done=(ws_dir / "warmstart.json").is_file())
+        rc, estimate_min = check_budget(args, preset_dir, arms,
+                                        ws_done=use_shipped or (ws_dir / "warmstart.json").is_file())
         if rc:
             return rc
-    if not (ws_dir / "warmstart.json").is_file():
-        print("[1/3] warm start ...", flush=True)
-        cmd = [sys.executable, "-m", "harness", "warmstart", "--out", _arg(ws_dir)]
-        if ws_config.is_file():
-            cmd += ["--config", _arg(ws_config)]
-        cmd += QUICK_WARMSTART if args.quick else []
-        if _run(cmd, out / "logs" / "warmstart.log") != 0:
-            print(f"error: the warm start failed; see {out / 'logs' / 'warmstart.log'}", file=sys.stderr)
-            return 1
+    if use_shipped:
+        try:
+            prov = verify_checkpoint(shipped)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"[1/3] warm start: the shipped checkpoint {_arg(shipped)} (built {prov.get('created')}; "
+              "WARMSTART=1 / --rebuild-warmstart rebuilds it)", flush=True)
+        summary = prov
+        start = {agent: shipped for agent in ("planner", "sub_agent", "single_agent")}
     else:
-        print(f"[1/3] warm start: reusing {ws_dir}", flush=True)
-    summary = json.loads((ws_dir / "warmstart.json").read_text())
+        if args.rebuild_warmstart or not (ws_dir / "warmstart.json").is_file():
+            print("[1/3] warm start ...", flush=True)
+            cmd = [sys.executable, "-m", "harness", "warmstart", "--out", _arg(ws_dir)]
+            if ws_config.is_file():
+                cmd += ["--config", _arg(ws_config)]
+            if args.rebuild_warmstart:
+                cmd += ["--ship", _arg(shipped)]
+            cmd += QUICK_WARMSTART if args.quick else []
+            if _run(cmd, out / "logs" / "warmstart.log") != 0:
+                print(f"error: the warm start failed; see {out / 'logs' / 'warmstart.log'}", file=sys.stderr)
+                return 1
+        else:
+            print(f"[1/3] warm start: reusing {ws_dir}", flush=True)
+        summary = json.loads((ws_dir / "warmstart.json").read_text())
+        start = {agent: ws_dir / agent for agent in ("planner", "sub_agent", "single_agent")}
     print(f"      warm start check: {json.dumps(summary.get('check', {}))}", flush=True)
 
     print("[2/3] training runs ...", flush=True)
@@ -159,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             kept.parent.mkdir(parents=True, exist_ok=True)
             run_dir.rename(kept)
             tqdm.write(f"note: an incomplete earlier attempt of {run_dir.name} was moved to {kept}; starting it afresh")
-        overrides = [f"models.planner={_arg(ws_dir / ('single_agent' if arm == 'single_agent' else 'planner'))}",
-                     f"models.sub={_arg(ws_dir / 'sub_agent')}"]
+        overrides = [f"models.planner={_arg(start['single_agent' if arm == 'single_agent' else 'planner'])}",
+                     f"models.sub={_arg(start['sub_agent'])}"]
         trainer = load_yaml(config).get("trainer", arm)
         cmd = [sys.executable, "-m", "harness", "train", "--trainer", str(trainer), "--config", _arg(config),
                "--seed", str(seed),

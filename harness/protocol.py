@@ -105,7 +105,7 @@ class SearchHit:
     snippet: str
 
 
-def render_search_results(hits: Sequence[SearchHit]) -> str:
+def render_search_results(hits: Sequence[SearchHit], snippets: bool = True) -> str:
     """The observation text of a ``search`` call.
 
     Numbered blocks, one per hit, so a model (or the scripted expert) can copy a URL::
@@ -113,9 +113,13 @@ def render_search_results(hits: Sequence[SearchHit]) -> str:
         [1] Title
         URL: http://127.0.0.1:8000/wiki/ardent-labs.html
         snippet text
-    """
+
+    ``snippets=False`` (the tiny presets' ``tools.search_snippets``): ranked title lines, each with its
+    URL and no snippet, a third of the tokens for a model that pays for every one."""
     if not hits:
         return "No results."
+    if not snippets:
+        return "\n".join(f"[{i}] {h.title}\nURL: {h.url}" for i, h in enumerate(hits, 1))
     blocks = [f"[{i}] {h.title}\nURL: {h.url}\n{h.snippet}" for i, h in enumerate(hits, 1)]
     return "\n\n".join(blocks)
 

@@ -43,6 +43,7 @@ from tqdm import tqdm
 
 from harness.agents.parsing import ToolCall, parse_turn
 from harness.agents.prompts import AGENT_PROMPTS, EpisodeTokens, agent_prompt, initial_messages
+from harness.checkpoint_files import PROVENANCE_FILE, sha256_file, verify_checkpoint
 from harness.config import ConfigError, help_field, load_config, to_dict
 from harness.protocol import format_tool_call
 from harness.records import git_state, portable_argv
@@ -94,6 +95,10 @@ class WarmstartConfig:
                                               "demonstration world (null = n_train_tasks)")
     search_top_k: int = help_field(5, "hits per search call in the demonstrations and the check (use the same value "
                                    "as the training preset's tools.search_top_k)")
+    search_snippets: bool = help_field(True, "search hits with their snippet (false: title and URL only; use the same "
+                                       "value as the training preset's tools.search_snippets)")
+    max_chars: int | None = help_field(None, "page text kept per visit in the demonstrations and the check (null = "
+                                       "all; use the training preset's tools.max_chars)")
     noise: float = help_field(0.05, "scripted-expert noise rate in the demonstrations")
     expert: dict[str, Any] = help_field({}, "more ExpertConfig fields for the demonstrations: rates, template_rates, "
                                         "phrase_rates (systematic blind spots that RL can fix)")
@@ -266,6 +271,11 @@ def template_corpus(worlds: list[Any], tasks: list[dict[str, Any]], demos: Demon
 _LETTER_RUN = re.compile(r"[^\W\d_]+")  # the same letter runs as harness.models.LETTER_RUN (no torch import here)
 
 
+def _toolbox(world: Any, cfg: WarmstartConfig) -> WorldToolbox:
+    """The in-process tools of the demonstrations and the check, set as the training preset's are."""
+    return WorldToolbox(world, k=cfg.search_top_k, max_chars=cfg.max_chars, snippets=cfg.search_snippets)
+
+
 def _selected(taskset: Any, split: str, cfg: WarmstartConfig) -> list[dict[str, Any]]:
     tasks = [t for b in cfg.benchmarks for t in taskset.tasks.get((b, split), [])]
     return select_tasks(tasks, max_hops=cfg.max_hops, templates=cfg.templates)
@@ -300,7 +310,7 @@ def demo_world_tasks(cfg: WarmstartConfig, held_out: list[dict[str, Any]], world
         ts = generate_tasks(demo, TaskConfig(n_train=per_world, n_test=min(per_world, cfg.n_test_tasks),
                                               test_fraction=cfg.test_fraction))
         tasks = _selected(ts, "train", cfg) + _selected(ts, "test", cfg)
-        yield WorldToolbox(demo, k=cfg.search_top_k), [t for t in tasks if clean(t)]
+        yield _toolbox(demo, cfg), [t for t in tasks if clean(t)]
 
 
 def _cap_demos(sources: list[tuple[Any, list[dict[str, Any]]]], n: int | None, seed: int) -> list[tuple[Any, list]]:
@@ -520,7 +530,7 @@ def prepare(cfg: WarmstartConfig) -> Prepared:
                                                test_fraction=cfg.test_fraction))
     train = _selected(taskset, "train", cfg)
     test = _selected(taskset, "test", cfg)
-    toolbox = WorldToolbox(world, k=cfg.search_top_k)
+    toolbox = _toolbox(world, cfg)
     extra = tqdm(demo_world_tasks(cfg, held_out=test, world=world), desc="demonstration worlds", unit="world",
                  total=cfg.demo_worlds, disable=cfg.demo_worlds < 50)
     sources = ([(toolbox, train)] if cfg.world_demos else []) + list(extra)
@@ -729,7 +739,6 @@ def ship_checkpoint(build: Path, dest: Path, summary: dict[str, Any], argv: list
     ``agents`` table points every agent at it. The provenance records the command, the commit, the
     resolved config, the data seeds, the wall time, the held-out check and copy gate, and the SHA-256 of
     every file (:func:`harness.models.verify_checkpoint` checks them on every load)."""
-    from harness.models import PROVENANCE_FILE, sha256_file, verify_checkpoint  # lazy: harness.models imports torch
 
     cfg = summary["config"]
     agents = list(cfg["agents"])

@@ -61,11 +61,13 @@ def bind_base_url(backend: Any, base_url: str | None) -> SearchBackend:
 class SearchTool:
     """``search(query)``: top-``k`` hits as numbered title/URL/snippet blocks. Never raises."""
 
-    def __init__(self, backend: SearchBackend, top_k: int = 5, scrub: Callable[[str], str] | None = None) -> None:
+    def __init__(self, backend: SearchBackend, top_k: int = 5, scrub: Callable[[str], str] | None = None,
+                 snippets: bool = True) -> None:
         if top_k < 1:
             raise ValueError("top_k must be at least 1")
         self.backend = backend
         self.top_k = top_k
+        self.snippets = snippets
         # Removes secrets (an API key) from error text before the agent sees it.
         self._scrub = scrub or getattr(backend, "scrub", None) or (lambda text: text)
 
@@ -82,4 +84,4 @@ class SearchTool:
             hits = list(self.backend.search(query, self.top_k))[: self.top_k]
         except Exception as exc:  # noqa: BLE001 - the agent loop must never see an exception
             return render_error(self._scrub(f"search failed: {type(exc).__name__}: {exc}"))
-        return render_search_results(hits)
+        return render_search_results(hits, self.snippets)

@@ -37,6 +37,8 @@ class ToolsConfig:
     """The ``search`` and ``visit`` tools."""
 
     search_top_k: int = help_field(5, help="hits returned by one search call")
+    search_snippets: bool = help_field(True, help="false: each hit is its title and URL only, no snippet (the tiny "
+                                       "presets: a third of the tokens; use the warm start's own setting)")
     search_backend: Literal["world", "realweb"] = help_field(
         "world", help="'world' (the offline world's BM25 index) or 'realweb' (the HTTP search API in realweb)")
     visit_backend: Literal["playwright", "direct"] = help_field(
@@ -229,6 +231,6 @@ def build_toolbox(
                 allowlist, max_bytes=config.max_html_chars, max_redirects=config.max_redirects,
                 user_agent=config.user_agent or DEFAULT_USER_AGENT,
             )
-    search = SearchTool(backend, top_k=config.search_top_k)
+    search = SearchTool(backend, top_k=config.search_top_k, snippets=config.search_snippets)
     visit = VisitTool(visit_backend, allowlist, max_chars=config.max_chars, timeout_s=config.timeout_s)
     return WebToolbox(search, visit, owned=owned)

@@ -10,7 +10,7 @@ emitted), tests, and fast CPU data generation.
 Deliberate decisions: only URLs under ``base_url`` are visited (the world's host, like the
 tools' default allowlist); anything else, unknown tools, missing arguments and unknown pages
 come back as :func:`render_error` text, never as exceptions. ``max_chars`` optionally
-truncates page text (the real backends truncate to a token budget).
+truncates page text with the real visit tool's ``truncate_text`` (same ``[truncated]`` line).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 from harness.protocol import render_error, render_search_results
 from harness.tools.html_text import html_to_text
+from harness.tools.visit import truncate_text
 from harness.world.generator import World
 from harness.world.search import SearchIndex
 
@@ -30,12 +31,13 @@ class WorldToolbox:
     """``search`` and ``visit`` over ``world`` as if it were served at ``base_url``."""
 
     def __init__(self, world: World, base_url: str = DEFAULT_BASE_URL, index: SearchIndex | None = None,
-                 k: int = 5, max_chars: int | None = None) -> None:
+                 k: int = 5, max_chars: int | None = None, snippets: bool = True) -> None:
         self.world = world
         self.base_url = base_url.rstrip("/")
         self.index = index if index is not None else SearchIndex.build(world)
         self.k = k
         self.max_chars = max_chars
+        self.snippets = snippets
         self._texts: dict[str, str] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
         """Every call made, in order (for tests and statistics)."""
@@ -46,7 +48,7 @@ class WorldToolbox:
             query = arguments.get("query")
             if not isinstance(query, str) or not query.strip():
                 return render_error("search needs a non-empty string argument 'query'")
-            return render_search_results(self.index.search(query, k=self.k, base_url=self.base_url))
+            return render_search_results(self.index.search(query, k=self.k, base_url=self.base_url), self.snippets)
         if name == "visit":
             url = arguments.get("url")
             if not isinstance(url, str) or not url:
@@ -59,7 +61,7 @@ class WorldToolbox:
             text = self._texts.get(url)
             if text is None:  # pages are static: convert each URL once
                 text = self._texts[url] = html_to_text(page.html, base_url=url)
-            if self.max_chars is not None and len(text) > self.max_chars:
-                text = text[: self.max_chars]
+            if self.max_chars is not None:
+                text = truncate_text(text, self.max_chars)  # as the real visit tool cuts (same marker)
             return text
         return render_error(f"unknown tool {name!r}; available: search, visit")

@@ -44,3 +44,55 @@ def test_child_command_lines_name_repository_paths_relative_to_it(tmp_path):
 
     assert _arg(ROOT / "runs" / "experiment-tiny" / "warmstart") == "runs/experiment-tiny/warmstart"
     assert _arg(tmp_path / "exp") == str(tmp_path / "exp")  # outside the repository: as given
+
+
+def test_runs_start_from_the_shipped_checkpoint_unless_rebuilt(tmp_path, monkeypatch, capsys):
+    """Issue 16: ``make demo`` starts every run from ``baselines/checkpoints/<preset>/`` (verified), and
+    ``WARMSTART=1`` (``--rebuild-warmstart``) builds the warm start first and ships it there."""
+    import json
+    import subprocess
+
+    from harness import experiment
+    from harness.checkpoint_files import sha256_file
+
+    ship = tmp_path / "checkpoints" / "tiny"
+    (ship / "joint").mkdir(parents=True)
+    (ship / "joint" / "config.json").write_text(json.dumps({"vocab_size": 10}))
+    (ship / "joint" / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0}}, "added_tokens": []}))
+    agents = {a: "joint" for a in ("planner", "sub_agent", "single_agent")}
+    prov = {"agents": agents, "created": "now", "check": {"greedy": {"success": 0.5}},
+            "sha256": {f"joint/{n}": sha256_file(ship / "joint" / n) for n in ("config.json", "tokenizer.json")}}
+    (ship / "provenance.json").write_text(json.dumps(prov))
+    monkeypatch.setattr(experiment, "CHECKPOINTS", tmp_path / "checkpoints")
+    calls: list[list[str]] = []
+
+    def fake_run(argv, log):
+        calls.append(argv)
+        if "warmstart" in argv:
+            out = Path(argv[argv.index("--out") + 1])
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "warmstart.json").write_text(json.dumps({"check": {}}))
+        return 0
+
+    monkeypatch.setattr(experiment, "_run", fake_run)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
+    out = tmp_path / "exp"
+    assert experiment.main(["--preset", "tiny", "--seeds", "1", "--quick", "--arms", "mgrpo",
+                            "--out", str(out), "--report", str(tmp_path / "rep")]) == 0
+    assert not [c for c in calls if "warmstart" in c]  # no warm start: the shipped one
+    (train,) = calls
+    assert f"models.planner={ship}" in train and f"models.sub={ship}" in train
+    assert "the shipped checkpoint" in capsys.readouterr().out
+    # --rebuild-warmstart: the warm start runs first and ships to the same folder
+    calls.clear()
+    assert experiment.main(["--preset", "tiny", "--seeds", "1", "--quick", "--arms", "mgrpo", "--rebuild-warmstart",
+                            "--out", str(tmp_path / "exp2"), "--report", str(tmp_path / "rep2")]) == 0
+    ws = calls[0]
+    assert "warmstart" in ws and ws[ws.index("--ship") + 1] == str(ship)
+    assert f"models.planner={tmp_path / 'exp2' / 'warmstart' / 'planner'}" in calls[1]
+    # a shipped checkpoint whose files changed is refused before anything runs
+    (ship / "joint" / "config.json").write_text(json.dumps({"vocab_size": 11}))
+    calls.clear()
+    assert experiment.main(["--preset", "tiny", "--seeds", "1", "--quick", "--arms", "mgrpo",
+                            "--out", str(tmp_path / "exp3"), "--report", str(tmp_path / "rep3")]) == 2
+    assert "config.json: SHA-256 does not match" in capsys.readouterr().err and not calls

@@ -272,8 +272,8 @@ def test_shipped_checkpoint_records_hashes_and_refuses_a_changed_file(tmp_path):
     from harness.models import CheckpointError, check_model_ref, verify_checkpoint, warm_start_model_dir
 
     build, ship = tmp_path / "build", tmp_path / "ship"
-    rc = main(["--out", str(build), "--ship", str(ship), *LETTERS, "joint=true", "max_steps=1", "batch_size=2",
-               "eval_tasks=3", "gate_tasks=2", "eval_max_new_tokens=8", "max_length=1024"])
+    rc = main(["--out", str(build), "--ship", str(ship), *LETTERS, "demo_worlds=4", "joint=true", "max_steps=1",
+               "batch_size=2", "eval_tasks=3", "gate_tasks=2", "eval_max_new_tokens=8", "max_length=1024"])
     assert rc == 0
     prov = verify_checkpoint(ship)
     assert prov["agents"] == {"planner": "joint", "sub_agent": "joint", "single_agent": "joint"}

@@ -94,3 +94,30 @@ def test_search_speed_benchmark(world, index, benchmark):
 def test_build_index_benchmark(world, benchmark):
     idx = benchmark.pedantic(SearchIndex.build, args=(world,), rounds=2, iterations=1)
     assert len(idx) == len(world.pages)
+
+
+def test_compact_results_are_ranked_title_lines_the_expert_still_reads(world, index):
+    """Issue 16: ``tools.search_snippets: false`` (tiny presets) shows each hit as its title and URL only,
+    the same through the in-process toolbox, the HTTP search tool, and to the scripted expert; pages cut
+    by ``max_chars`` end as the real visit tool's do."""
+    from harness.tools.search import SearchTool
+    from harness.tools.visit import TRUNCATION_MARKER
+    from harness.world.expert import _HIT
+    from harness.world.toolbox import WorldToolbox
+
+    name = next(e.name for e in world.entities.values() if e.kind == "org")
+    hits = index.search(name, k=3, base_url="http://world.local")
+    full, compact = render_search_results(hits), render_search_results(hits, snippets=False)
+    assert compact == "\n".join(f"[{i}] {h.title}\nURL: {h.url}" for i, h in enumerate(hits, 1))
+    assert len(compact) < len(full) and hits[0].title == name  # the exact title match first
+    assert [m.groups() for m in _HIT.finditer(compact)] == [m.groups() for m in _HIT.finditer(full)]
+    tb = WorldToolbox(world, index=index, k=3, snippets=False, max_chars=120)
+    assert tb.call("search", {"query": name}) == compact
+
+    class Backend:
+        def search(self, query, k):
+            return index.search(query, k=k, base_url="http://world.local")
+
+    assert SearchTool(Backend(), top_k=3, snippets=False)(name) == compact
+    page = tb.call("visit", {"url": hits[0].url})
+    assert page.endswith("\n" + TRUNCATION_MARKER) and len(page) <= 120 + len(TRUNCATION_MARKER) + 1
