@@ -248,8 +248,6 @@ def estimate_experiment(ws_cfg: Any, arms: dict[str, Any], seeds: int, *, warmst
     """
     import torch
 
-    from harness.models import load_model  # lazy: torch; harness.experiment imports this module torch-free
-
     t0 = time.perf_counter()
     prep = prepare(ws_cfg)
     planner_x, sub_x = prep.examples("planner"), prep.examples("sub_agent")
@@ -263,7 +261,7 @@ def estimate_experiment(ws_cfg: Any, arms: dict[str, Any], seeds: int, *, warmst
     n_rows = sum(len(ls) for ls in sft_lengths.values())
     # calibrated at the mean padded row length: attention makes long rows dearer per token
     sft_len = int(sum(sft_tokens.values()) / max(1, n_rows))
-    model, _ = load_model(prep.spec, corpus=prep.corpus)
+    model = prep.new_model()  # the warm start's own initial model (its tokenizer's vocabulary)
     threads_before = torch.get_num_threads()
     any_cfg = next(iter(arms.values()), None)
     batch = max((c.planner_groups * c.k for c in arms.values()), default=8)

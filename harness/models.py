@@ -118,18 +118,29 @@ PRETOKENIZE_PATTERN = r"[\p{L}\p{M}]+|\p{N}|\s|[^\p{L}\p{M}\p{N}\s]"
 LETTER_RUN = re.compile(r"[^\W\d_]+")
 
 
-def letters_pattern(whole_words: Iterable[str]) -> str:
+#: ``pieces="syllables"``: a word outside the whole words splits into consonants-then-vowels pieces
+#: ("Thirail" -> "Thi", "rai", "l"); BPE then makes the frequent ones single tokens.
+SYLLABLE_PIECE = r"[b-df-hj-np-tv-zB-DF-HJ-NP-TV-Z]*[aeiouAEIOU]+|[b-df-hj-np-tv-zB-DF-HJ-NP-TV-Z]+|[\p{L}\p{M}]"
+
+
+def letters_pattern(whole_words: Iterable[str], pieces: str = "letters") -> str:
     """Pre-tokenizer pattern of the ``letters`` tokenizer: each of ``whole_words`` standing alone (no
     letter on either side) is one pre-token; every other letter is a pre-token of its own, so a
     word outside the list (an entity name, a URL slug) is spelled letter by letter; digits, spaces
-    and punctuation are single as in :data:`PRETOKENIZE_PATTERN`."""
+    and punctuation are single as in :data:`PRETOKENIZE_PATTERN`. ``pieces="syllables"``: such a word
+    is split into :data:`SYLLABLE_PIECE` pieces instead (syllables shared by many names, which BPE
+    merges into tokens when its corpus holds names: a copy then moves a few distinctive tokens
+    instead of many letters that each occur everywhere)."""
+    if pieces not in ("letters", "syllables"):
+        raise ValueError(f"pieces must be 'letters' or 'syllables', got {pieces!r}")
     words = sorted({w for w in whole_words if w}, key=lambda w: (-len(w), w))
     bad = [w for w in words if not LETTER_RUN.fullmatch(w)]
     if bad:
         raise ValueError(f"whole words must be letter runs, got {bad[:5]}")
     alternation = "|".join(words)
     head = rf"(?<![\p{{L}}\p{{M}}])(?:{alternation})(?![\p{{L}}\p{{M}}])|" if words else ""
-    return head + r"[\p{L}\p{M}]|\p{N}|\s|[^\p{L}\p{M}\p{N}\s]"
+    piece = SYLLABLE_PIECE if pieces == "syllables" else r"[\p{L}\p{M}]"
+    return head + piece + r"|\p{N}|\s|[^\p{L}\p{M}\p{N}\s]"
 
 #: Qwen-style chat template, written without Jinja whitespace control: every character of the
 #: output is spelled out below (transformers renders with ``trim_blocks``, so a newline right
@@ -320,7 +331,7 @@ def _default_corpus() -> list[str]:
 
 def build_tiny_tokenizer(
     corpus: Iterable[str], vocab_size: int = 1024, seed: int = 0, *, model_max_length: int = 4096,
-    whole_words: Iterable[str] | None = None,
+    whole_words: Iterable[str] | None = None, pieces: str = "letters",
 ) -> Any:
     """Train the tiny byte-level BPE tokenizer on ``corpus`` and wrap it for transformers.
 
@@ -328,7 +339,9 @@ def build_tiny_tokenizer(
     <|endoftext|>``, the protocol tags as single tokens and :data:`TINY_CHAT_TEMPLATE`. Takes
     seconds for a few MB of text. ``model_max_length`` should be the model's context length.
     ``seed`` is accepted for a uniform API; the BPE trainer is deterministic for a given corpus, so
-    it changes nothing (see module docstring).
+    it changes nothing (see module docstring). ``whole_words`` (the ``letters`` tokenizer): only these
+    words are pre-tokens of their own; every other word is spelled letter by letter, or with
+    ``pieces="syllables"`` split into syllable pieces (:func:`letters_pattern`).
     """
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -337,8 +350,8 @@ def build_tiny_tokenizer(
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN if whole_words is None else letters_pattern(whole_words)),
-                                 behavior="isolated"),
+            pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN if whole_words is None
+                                       else letters_pattern(whole_words, pieces)), behavior="isolated"),
             # bytes -> printable symbols, so every input (any Unicode) is encodable without <unk>
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]

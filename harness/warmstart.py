@@ -85,9 +85,12 @@ class WarmstartConfig:
                                        "demonstration trained, and the model cannot write it")
     n_demos: int | None = help_field(None, "cap on demonstration tasks over all worlds (null = all), drawn "
                                      "evenly by template")
-    tokenizer: str = help_field("bpe", "tiny only: ``bpe`` (BPE over the world's text) or ``letters`` (the worlds' "
-                                "template words whole, every name and URL slug spelled in letters: "
-                                "TinyModelConfig.tokenizer)")
+    tokenizer: str = help_field("bpe", "tiny only: ``bpe`` (BPE over the world's text), ``letters`` (the worlds' "
+                                "template words whole, every name, URL slug and fact value spelled in letters) or "
+                                "``syllables`` (template words whole, names split into consonant-vowel syllables "
+                                "that BPE, trained also on the tokenizer worlds' names, merges into shared tokens)")
+    vocab_size: int | None = help_field(None, "tiny only: tokenizer vocabulary (null = TinyModelConfig's 1024; the "
+                                        "syllables tokenizer needs room for a few hundred syllables: 2048)")
     world_demos: bool = help_field(True, "demonstrations also from the main world's train split; false: the main "
                                    "world (world_seed) is only checked, never trained on, and none of its entity "
                                    "names appears in a demonstration")
@@ -140,8 +143,8 @@ class WarmstartConfig:
             raise ConfigError(f"benchmarks={self.benchmarks}: choose one or more of {', '.join(BENCHMARKS)}")
         if self.search_top_k < 1:
             raise ConfigError(f"search_top_k={self.search_top_k} must be >= 1")
-        if self.tokenizer not in ("bpe", "letters"):
-            raise ConfigError(f"tokenizer={self.tokenizer!r}: choose bpe or letters")
+        if self.tokenizer not in ("bpe", "letters", "syllables"):
+            raise ConfigError(f"tokenizer={self.tokenizer!r}: choose bpe, letters or syllables")
         if not self.world_demos and not self.demo_worlds:
             raise ConfigError("world_demos=false needs demo_worlds > 0 (no demonstrations otherwise)")
         if self.demo_worlds < 0 or self.tokenizer_worlds < 0 or (self.n_demos is not None and self.n_demos < 1):
@@ -501,6 +504,15 @@ class Prepared:
     n_worlds: int
     stages: dict[str, float]
 
+    def new_model(self) -> Any:
+        """A freshly initialised model for :attr:`tokenizer` (the same weights on every call), or the named
+        pretrained model."""
+        from harness.models import build_tiny_model, load_model  # lazy: harness.models imports torch
+
+        if self.spec.name == "tiny":
+            return build_tiny_model(self.spec.tiny, self.tokenizer, self.spec.seed)
+        return load_model(self.spec, corpus=self.corpus)[0]
+
     def examples(self, agent: str) -> list[dict[str, list[int]]]:
         """The agent's demonstrations tokenised as a rollout would build them (all lengths)."""
         codec = EpisodeTokens(self.tokenizer, agent_prompt(agent).tools)
@@ -521,7 +533,7 @@ class Prepared:
 
 def prepare(cfg: WarmstartConfig) -> Prepared:
     """Generate the world and tasks, run the scripted expert and build the tokenizer (seconds to minutes)."""
-    from harness.models import ModelSpec, load_model  # lazy: harness.models imports torch
+    from harness.models import ModelSpec, build_tiny_tokenizer, load_model  # lazy: harness.models imports torch
 
     stages: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -547,24 +559,35 @@ def prepare(cfg: WarmstartConfig) -> Prepared:
     t0 = time.perf_counter()
     corpus = None
     spec = ModelSpec(name=cfg.model, seed=cfg.seed)
+    tokenizer = None
     if cfg.model == "tiny":
-        spec.tiny.tokenizer = cfg.tokenizer
+        if cfg.vocab_size:
+            spec.tiny.vocab_size = cfg.vocab_size
         extra_worlds = [generate_world(seed=demo_world_seed(cfg.world_seed, i), size=cfg.demo_world_size)
                         for i in range(cfg.tokenizer_worlds)]
-        if cfg.tokenizer == "letters":
+        if cfg.tokenizer in ("letters", "syllables"):
             # template words only: the names and values of every world involved are removed (held-out
             # names are spelled like any other); the task prompts give the question words, the expert's
             # transcripts on the first demonstration worlds the words the agents write
             sample = Demonstrations()
-            for tb, tasks in picked[: max(1, cfg.tokenizer_worlds)]:
+            corpus_worlds = picked[: max(1, cfg.tokenizer_worlds)]
+            for tb, tasks in corpus_worlds:
                 expert_demonstrations(tasks, tb, 0.0, cfg.seed, demos=sample)
-            corpus = template_corpus([world, *extra_worlds, *(tb.world for tb, _ in picked[: max(1, cfg.tokenizer_worlds)])],
-                                     train + test, sample)
+            corpus = template_corpus([world, *extra_worlds, *(tb.world for tb, _ in corpus_worlds)], train + test, sample)
+            whole = sorted({w for t in corpus for w in _LETTER_RUN.findall(t)})
+            # syllables: BPE also sees the names and values of the demonstration worlds (never the checked
+            # world's), so the syllables many names share become tokens
+            names = [w for tb, _ in corpus_worlds for w in sorted(value_words(tb.world))] \
+                if cfg.tokenizer == "syllables" else []
+            tokenizer = build_tiny_tokenizer(corpus + names, spec.tiny.vocab_size, spec.seed,
+                                             model_max_length=spec.tiny.max_position_embeddings, whole_words=whole,
+                                             pieces=cfg.tokenizer)
         else:
             corpus = tokenizer_corpus(world, train + test)
             for w in extra_worlds:
                 corpus += tokenizer_corpus(w, [])
-    _, tokenizer = load_model(spec, corpus=corpus)
+    if tokenizer is None:
+        _, tokenizer = load_model(spec, corpus=corpus)
     stages["model_s"] = time.perf_counter() - t0
     return Prepared(world, train, test, toolbox, demos, tokenizer, corpus, spec, len(picked), stages)
 
@@ -669,15 +692,12 @@ def copy_gate(model: Any, tokenizer: Any, demos: Demonstrations, names: set[str]
 def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
     import torch  # lazy: the training stack
 
-    from harness.models import load_model  # lazy: imports torch
-
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
     prep = prepare(cfg)
     stages = dict(prep.stages)
-    test, toolbox, demos, tokenizer, corpus, spec = (prep.test, prep.toolbox, prep.demos, prep.tokenizer,
-                                                      prep.corpus, prep.spec)
+    test, toolbox, demos, tokenizer = prep.test, prep.toolbox, prep.demos, prep.tokenizer
     held_out = interleave_benchmarks(test)[: cfg.eval_tasks]
     gate_demos = gate_transcripts(held_out[: cfg.gate_tasks] if cfg.gate_tasks <= len(held_out) else
                                   interleave_benchmarks(test)[: cfg.gate_tasks], toolbox, cfg.seed) if cfg.gate_tasks else None
@@ -695,7 +715,7 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
     # One SFT per agent, or (joint) one SFT on every agent's transcripts, saved under each agent's name.
     for name, agents, kept, dropped in prep.sft_runs(cfg):
         random.Random(cfg.seed).shuffle(kept)
-        model, _ = load_model(spec, corpus=corpus)  # a fresh copy of the same initialisation per SFT
+        model = prep.new_model()  # a fresh copy of the same initialisation per SFT
         n_tok = sum(len(e["input_ids"]) for e in kept)
         print(f"[warmstart] {name}: {len(kept)} transcripts, {n_tok} tokens ({dropped} over max_length)", flush=True)
         stats = sft_train(model, tokenizer, kept, cfg, out / agents[0], gate=gate if gate_demos else None)

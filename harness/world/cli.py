@@ -51,7 +51,10 @@ def _parser() -> argparse.ArgumentParser:
 def _serve(args: argparse.Namespace) -> int:
     world = generate_world(WorldConfig(seed=args.seed, size=args.size))
     stop = threading.Event()
+    # Ctrl-C and SIGTERM stop it even when SIGINT was ignored in the parent (a process started from a
+    # background job or a test worker inherits SIG_IGN, and Python then raises no KeyboardInterrupt).
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     with WorldServer(world, port=args.port, test_routes=args.test_routes, verbose=args.verbose) as srv:
         print(f"Serving the offline world (seed {args.seed}, size {args.size}, {len(world.pages)} pages) "
               f"at {srv.base_url}/ -- press Ctrl-C to stop", flush=True)

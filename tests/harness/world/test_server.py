@@ -146,6 +146,27 @@ def test_cli_serve_prints_address_and_serves():
     assert proc.returncode == 0
 
 
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_cli_serve_stops_on_ctrl_c_even_when_its_parent_ignored_sigint(inherited):
+    """A server started from a background job or a test worker inherits SIGINT ignored (then Python raises no
+    KeyboardInterrupt); Ctrl-C must stop it all the same (the README's "press Ctrl-C to stop")."""
+    import signal
+
+    def preexec() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN if inherited == "ignored" else signal.SIG_DFL)
+
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "world", "serve", "--seed", "2", "--size", "tiny"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
+    try:
+        assert "Serving the offline world" in proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_cli_serve_bad_args_exit_2():
     out = subprocess.run([sys.executable, "-m", "harness", "world", "serve", "--seed", "-3"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
