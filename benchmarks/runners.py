@@ -240,12 +240,11 @@ def model_target(model_dir: Path, trainer: str, *, runs_dir: Path, world_seed: i
             except RecordError as exc:
                 raise RunnerError(f"--model {model_dir}: {exc}") from None
             break
-    for role in ("planner", "sub"):
-        try:
-            warm_start_model_dir(model_dir, _ROLE_AGENT[get_trainer(trainer).planner_agent if role == "planner"
-                                                        else role])
-        except CheckpointError as exc:
-            raise RunnerError(str(exc)) from None
+    try:  # a shipped checkpoint is verified here, before any task (its agents: the planner's and the sub-agent)
+        for agent in {get_trainer(trainer).planner_agent, "sub_agent"}:
+            warm_start_model_dir(model_dir, agent)
+    except CheckpointError as exc:
+        raise RunnerError(str(exc)) from None
     built = src.get("config") if isinstance(src.get("config"), dict) else {}
     seed = _int_or(built.get("world_seed"), 0) if world_seed is None else world_seed
     size = world_size or str(built.get("world_size") or "default")
