@@ -113,6 +113,10 @@ class WarmstartConfig:
     repeat: dict[str, int] = help_field({}, "times an agent's transcripts appear in its SFT data, e.g. {planner: 2} "
                                         "(default 1): the planner's transcripts are the fewest tokens, and its "
                                         "turns are the ones that break format")
+    loss_tokens: str = help_field("model", "tokens the SFT loss covers: ``model`` (the agent's own turns, what a rollout "
+                                  "trains) or ``all`` (also the prompt and the tool observations, whose search "
+                                  "results and pages repeat every entity name several times: far more copying "
+                                  "signal per sequence; docs/training.md, \"The tiny warm start\")")
     epochs: float = help_field(3.0, "passes over the demonstrations")
     max_steps: int = help_field(-1, "optimizer steps (overrides epochs when > 0)")
     learning_rate: float = help_field(2e-3, "AdamW learning rate")
@@ -143,6 +147,8 @@ class WarmstartConfig:
             raise ConfigError(f"benchmarks={self.benchmarks}: choose one or more of {', '.join(BENCHMARKS)}")
         if self.search_top_k < 1:
             raise ConfigError(f"search_top_k={self.search_top_k} must be >= 1")
+        if self.loss_tokens not in ("model", "all"):
+            raise ConfigError(f"loss_tokens={self.loss_tokens!r}: choose model or all")
         if self.tokenizer not in ("bpe", "letters", "syllables"):
             raise ConfigError(f"tokenizer={self.tokenizer!r}: choose bpe, letters or syllables")
         if not self.world_demos and not self.demo_worlds:
@@ -221,10 +227,12 @@ def expert_demonstrations(tasks: list[dict[str, Any]], toolbox: Any, noise: floa
     return demos
 
 
-def tokenize_transcript(codec: Any, messages: list[dict[str, str]]) -> dict[str, list[int]]:
-    """``input_ids`` and ``labels`` (-100 outside assistant turns) as a rollout would build them."""
+def tokenize_transcript(codec: Any, messages: list[dict[str, str]], loss_tokens: str = "model") -> dict[str, list[int]]:
+    """``input_ids`` as a rollout would build them and ``labels``: -100 outside the assistant turns
+    (``loss_tokens="model"``) or nowhere (``"all"``: the prompt and the observations are targets too)."""
+    every = loss_tokens == "all"
     ids = list(codec.prompt_ids(messages[:2]))
-    labels = [-100] * len(ids)
+    labels = list(ids) if every else [-100] * len(ids)
     for msg in messages[2:]:
         if msg["role"] == "assistant":
             piece = codec.assistant_ids(msg["content"])
@@ -233,7 +241,7 @@ def tokenize_transcript(codec: Any, messages: list[dict[str, str]]) -> dict[str,
         else:
             piece = codec.observation_ids(msg["content"])
             ids += piece
-            labels += [-100] * len(piece)
+            labels += piece if every else [-100] * len(piece)
     return {"input_ids": ids, "labels": labels}
 
 
@@ -388,7 +396,8 @@ def sft_train(model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], 
                 row = {"step": state.global_step, **gate(kwargs["model"])}
                 gate_log.append(row)
                 print(f"[copy gate] step {row['step']}: name-token loss {row['name_loss']:.3f} vs other "
-                      f"{row['other_loss']:.3f}; names exact {row['names_exact']:.0%}", flush=True)
+                      f"{row['other_loss']:.3f}; names exact {row['names_exact']:.0%}; repeated random pieces "
+                      f"{row['repeat_loss']:.2f} vs first {row['first_loss']:.2f}", flush=True)
 
     model.train()
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
@@ -405,7 +414,7 @@ def sft_train(model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], 
     tokenizer.save_pretrained(out_dir)
     n_tokens = sum(sum(1 for x in e["labels"] if x != -100) for e in examples)
     return {"train_loss": float(out.training_loss), "train_s": seconds, "steps": int(out.global_step),
-            "n_examples": len(examples), "n_model_tokens": n_tokens, "resumed_from": resume, "gate_log": gate_log}
+            "n_examples": len(examples), "n_loss_tokens": n_tokens, "resumed_from": resume, "gate_log": gate_log}
 
 
 def _cuda() -> bool:
@@ -513,10 +522,10 @@ class Prepared:
             return build_tiny_model(self.spec.tiny, self.tokenizer, self.spec.seed)
         return load_model(self.spec, corpus=self.corpus)[0]
 
-    def examples(self, agent: str) -> list[dict[str, list[int]]]:
+    def examples(self, agent: str, loss_tokens: str = "model") -> list[dict[str, list[int]]]:
         """The agent's demonstrations tokenised as a rollout would build them (all lengths)."""
         codec = EpisodeTokens(self.tokenizer, agent_prompt(agent).tools)
-        return [tokenize_transcript(codec, m) for m in self.demos.of(agent)]
+        return [tokenize_transcript(codec, m, loss_tokens) for m in self.demos.of(agent)]
 
     def sft_runs(self, cfg: WarmstartConfig) -> list[tuple[str, list[str], list[dict[str, list[int]]], int]]:
         """The fine-tunings of ``cfg``: ``(name, agents saved from it, examples, dropped)``. One per agent, or
@@ -525,7 +534,7 @@ class Prepared:
         runs = [("joint", list(cfg.agents))] if cfg.joint else [(agent, [agent]) for agent in cfg.agents]
         out = []
         for name, agents in runs:
-            examples = [e for agent in agents for e in self.examples(agent) * cfg.repeat.get(agent, 1)]
+            examples = [e for agent in agents for e in self.examples(agent, cfg.loss_tokens) * cfg.repeat.get(agent, 1)]
             kept = [e for e in examples if len(e["input_ids"]) <= cfg.max_length]
             out.append((name, agents, kept, len(examples) - len(kept)))
         return out
@@ -644,6 +653,31 @@ def gate_marks(codec: EpisodeTokens, msgs: list[dict[str, str]], names: set[str]
     return ids, kind
 
 
+def induction_probe(model: Any, tokenizer: Any, names: set[str], n: int = 16, length: int = 24,
+                    seed: int = 0) -> dict[str, float]:
+    """Loss on random sequences of the pieces that spell ``names``, each sequence written twice: on the
+    first copy (``first_loss``: no way to predict it) and on the second (``repeat_loss``). A model that can
+    copy at all (it has induction heads: attend to the token after the previous occurrence of the current
+    one) predicts the repeat: ``repeat_loss`` far below ``first_loss``. Equal losses mean no copying
+    mechanism exists yet, whatever the demonstrations look like."""
+    import torch  # lazy: torch only when a model is scored
+
+    pieces = sorted({i for name in names for i in tokenizer(name, add_special_tokens=False)["input_ids"]})
+    rng = random.Random(seed)
+    seqs = [[rng.choice(pieces) for _ in range(length)] for _ in range(n)]
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        x = torch.tensor([s + s for s in seqs], device=device)
+        logits = model(input_ids=x).logits[:, :-1].float()
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="none")
+    if was_training:
+        model.train()
+    # target position t+1 is predicted at t: the first copy's tokens 1..L-1, the repeat's L+1..2L-1
+    return {"first_loss": float(nll[:, : length - 1].mean()), "repeat_loss": float(nll[:, length:].mean())}
+
+
 def copy_gate(model: Any, tokenizer: Any, demos: Demonstrations, names: set[str],
               agents: tuple[str, ...] = ("planner", "sub_agent")) -> dict[str, float]:
     """Teacher-forced loss on the model tokens of held-out expert transcripts, split into the tokens
@@ -651,7 +685,7 @@ def copy_gate(model: Any, tokenizer: Any, demos: Demonstrations, names: set[str]
 
     Copying is learned when ``name_loss`` approaches ``other_loss``; before that, held-out success
     cannot rise (docs/training.md, "The tiny warm start"). Also the share of name occurrences whose
-    every token is the model's argmax (``names_exact``)."""
+    every token is the model's argmax (``names_exact``) and the :func:`induction_probe` losses."""
     import torch  # lazy: torch only when a model is scored
 
     sums = {"name": 0.0, "other": 0.0}
@@ -686,7 +720,8 @@ def copy_gate(model: Any, tokenizer: Any, demos: Demonstrations, names: set[str]
         model.train()
     return {"name_loss": sums["name"] / max(1, counts["name"]), "other_loss": sums["other"] / max(1, counts["other"]),
             "n_name_tokens": counts["name"], "n_other_tokens": counts["other"],
-            "names_exact": exact / max(1, occurrences), "n_names": occurrences}
+            "names_exact": exact / max(1, occurrences), "n_names": occurrences,
+            **induction_probe(model, tokenizer, names)}
 
 
 def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:

@@ -322,3 +322,60 @@ def test_shipped_checkpoint_records_hashes_and_refuses_a_changed_file(tmp_path):
     (ship / "provenance.json").write_text(json.dumps(prov))
     with pytest.raises(CheckpointError, match="tokenizer.json: .* tokens but the model"):
         verify_checkpoint(ship)
+
+
+def test_loss_tokens_all_makes_the_prompt_and_observations_targets_too(demos, tokenizer):
+    d, _ = demos
+    codec = EpisodeTokens(tokenizer, agent_prompt("sub_agent").tools)
+    msgs = d.of("sub_agent")[0]
+    model_only, every = tokenize_transcript(codec, msgs), tokenize_transcript(codec, msgs, "all")
+    assert every["input_ids"] == model_only["input_ids"] == every["labels"]
+    assert sum(t != -100 for t in model_only["labels"]) < len(every["labels"]) / 2  # observations dominate
+
+
+def test_bad_loss_tokens_is_a_clear_error():
+    from harness.config import ConfigError
+
+    with pytest.raises(ConfigError, match="loss_tokens='everything': choose model or all"):
+        load_config(WarmstartConfig, None, ["loss_tokens=everything"])
+
+
+class _Copier:
+    """A stand-in model that copies perfectly: at each position it predicts the token that followed the
+    current token's first earlier occurrence (what an induction head does), and is uniform elsewhere."""
+
+    def __init__(self, vocab: int):
+        import torch
+
+        self.vocab, self.training = vocab, False
+        self._p = torch.nn.Parameter(torch.zeros(1))
+
+    def parameters(self):
+        return iter([self._p])
+
+    def eval(self):
+        return self
+
+    def __call__(self, input_ids):
+        import torch
+        from types import SimpleNamespace
+
+        b, n = input_ids.shape
+        logits = torch.zeros(b, n, self.vocab)
+        for r in range(b):
+            row = input_ids[r].tolist()
+            for t in range(n):
+                if row[t] in row[:t]:
+                    logits[r, t, row[row.index(row[t]) + 1]] = 20.0
+        return SimpleNamespace(logits=logits)
+
+
+def test_induction_probe_tells_a_copying_model_from_one_that_cannot(tokenizer):
+    from harness.warmstart import entity_strings, induction_probe
+
+    names = entity_strings(generate_world(seed=3, size="tiny"))
+    untrained = load_model("tiny")[0]
+    flat = induction_probe(untrained, tokenizer, names)
+    assert abs(flat["repeat_loss"] - flat["first_loss"]) < 0.5  # no copying mechanism: the repeat is as hard
+    copier = induction_probe(_Copier(len(tokenizer)), tokenizer, names)
+    assert copier["repeat_loss"] < 0.5 * copier["first_loss"] and copier["repeat_loss"] < 3.0
