@@ -281,7 +281,9 @@ def estimate_experiment(ws_cfg: Any, arms: dict[str, Any], seeds: int, *, warmst
         epochs = ws_cfg.epochs if ws_cfg.max_steps <= 0 else ws_cfg.max_steps * ws_cfg.batch_size / max(1, largest)
         ws = warmstart_seconds(sft_tokens, cal_ws, epochs=epochs, shape=shape, check_tasks=ws_cfg.eval_tasks,
                                max_new_tokens=ws_cfg.eval_max_new_tokens)
-        stages["warm start"] = sum(ws.values()) + sum(prep.stages.values())
+        # the copy drill before each SFT: copy_batch_size sequences of 50 tokens on average per step
+        drill = len(sft_lengths) * ws_cfg.copy_steps * ws_cfg.copy_batch_size * 50 * cal_ws.sft_s_per_token
+        stages["warm start"] = sum(ws.values()) + sum(prep.stages.values()) + drill * SFT_OVERHEAD
     for name, cfg in arms.items():
         spec = TRAINERS[str(cfg.trainer)]
         per_run = run_seconds(cfg, shape, cal_run, sub_trains=spec.sub_trains, multi_agent=name != "single_agent"

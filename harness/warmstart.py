@@ -113,6 +113,18 @@ class WarmstartConfig:
     repeat: dict[str, int] = help_field({}, "times an agent's transcripts appear in its SFT data, e.g. {planner: 2} "
                                         "(default 1): the planner's transcripts are the fewest tokens, and its "
                                         "turns are the ones that break format")
+    copy_steps: int = help_field(0, "steps of a copy drill before the SFT (0 = none): random sequences of name "
+                                 "pieces, each written twice, the loss on every token. A model trained from "
+                                 "scratch has no induction heads, so it cannot copy a name it never saw, and "
+                                 "demonstrations alone did not install them within 600 SFT steps; the drill does "
+                                 "(docs/training.md, \"The tiny warm start\")")
+    copy_pieces: int = help_field(32, "the drill's first alphabet: the this-many most frequent name pieces (a small "
+                                  "alphabet crosses the induction transition in 1,000-2,000 steps; the ~300 pieces "
+                                  "of all names did not within 800). Each time the repeat is copied (loss below "
+                                  "0.5 nats) the alphabet doubles, up to every name piece")
+    copy_full_steps: int = help_field(300, "drill steps once every name piece is copied; the drill ends then, or "
+                                      "after copy_steps in all")
+    copy_batch_size: int = help_field(32, "sequences per copy-drill step (each 20-80 tokens)")
     loss_tokens: str = help_field("model", "tokens the SFT loss covers: ``model`` (the agent's own turns, what a rollout "
                                   "trains) or ``all`` (also the prompt and the tool observations, whose search "
                                   "results and pages repeat every entity name several times: far more copying "
@@ -147,6 +159,8 @@ class WarmstartConfig:
             raise ConfigError(f"benchmarks={self.benchmarks}: choose one or more of {', '.join(BENCHMARKS)}")
         if self.search_top_k < 1:
             raise ConfigError(f"search_top_k={self.search_top_k} must be >= 1")
+        if self.copy_steps < 0 or self.copy_pieces < 2 or self.copy_batch_size < 1 or self.copy_full_steps < 0:
+            raise ConfigError("copy_steps and copy_full_steps must be >= 0, copy_pieces >= 2, copy_batch_size >= 1")
         if self.loss_tokens not in ("model", "all"):
             raise ConfigError(f"loss_tokens={self.loss_tokens!r}: choose model or all")
         if self.tokenizer not in ("bpe", "letters", "syllables"):
@@ -512,6 +526,7 @@ class Prepared:
     spec: Any
     n_worlds: int
     stages: dict[str, float]
+    name_pieces: list[int] = field(default_factory=list)
 
     def new_model(self) -> Any:
         """A freshly initialised model for :attr:`tokenizer` (the same weights on every call), or the named
@@ -598,7 +613,91 @@ def prepare(cfg: WarmstartConfig) -> Prepared:
     if tokenizer is None:
         _, tokenizer = load_model(spec, corpus=corpus)
     stages["model_s"] = time.perf_counter() - t0
-    return Prepared(world, train, test, toolbox, demos, tokenizer, corpus, spec, len(picked), stages)
+    return Prepared(world, train, test, toolbox, demos, tokenizer, corpus, spec, len(picked), stages,
+                    name_pieces(tokenizer, [tb.world for tb, _ in picked[:50]]))
+
+
+# --------------------------------------------------------------------------- copy drill
+def name_pieces(tokenizer: Any, worlds: list[Any]) -> list[int]:
+    """The token ids that spell the entity names and URL slugs of ``worlds``, most frequent first (the
+    copy drill's alphabet; the demonstration worlds', never the checked world's)."""
+    counts: dict[int, int] = {}
+    for w in worlds:
+        for text in sorted(entity_strings(w)):
+            for i in tokenizer(text, add_special_tokens=False)["input_ids"]:
+                counts[i] = counts.get(i, 0) + 1
+    return sorted(counts, key=lambda i: (-counts[i], i))
+
+
+#: The copy drill's repeat loss (nats per token, running mean) below which copying counts as learned.
+COPY_LEARNED_LOSS = 0.5
+
+
+def copy_drill(model: Any, pieces: list[int], cfg: WarmstartConfig, pad_id: int,
+               probe: Callable[[Any], dict[str, float]] | None = None) -> dict[str, Any]:
+    """Train ``model`` on random sequences of ``pieces`` written twice, the loss on every token (only the
+    second copy is predictable, by copying). It starts on the ``copy_pieces`` most frequent pieces; each
+    time the running loss on the second copies falls below :data:`COPY_LEARNED_LOSS` (the induction
+    transition, then its extension to new pieces) the alphabet doubles, until it holds every piece; once
+    that is copied too it goes on for ``copy_full_steps`` steps and stops. ``copy_steps`` caps it all.
+    A circuit learned on 32 pieces does not copy the others (measured: the repeat loss went back to
+    chance, ln 314, when the alphabet jumped to all 314 pieces), hence the doubling.
+    ``probe(model)`` (the induction probe) is logged every 100 steps and at the end. Plain PyTorch:
+    synthetic sequences need none of TRL's SFT machinery."""
+    import torch  # lazy: the training stack
+
+    rng = random.Random(cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+    device = next(model.parameters()).device
+    model.train()
+    log: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    repeat_loss, learned_at, step = float("inf"), None, 0
+    size = min(cfg.copy_pieces, len(pieces))
+    widened: list[dict[str, int]] = []
+    bar = tqdm(total=cfg.copy_steps, desc="copy drill", unit="step")
+    while step < cfg.copy_steps and (learned_at is None or step < learned_at + cfg.copy_full_steps):
+        step += 1
+        pool = pieces[:size]
+        halves = [[rng.choice(pool) for _ in range(rng.randint(10, 40))] for _ in range(cfg.copy_batch_size)]
+        width = 2 * max(len(h) for h in halves)
+        x = torch.full((len(halves), width), pad_id, device=device)
+        weight = torch.zeros((len(halves), width), device=device)  # 1 on real tokens
+        second = torch.zeros((len(halves), width), device=device)  # 1 on the predictable tokens of the repeat
+        for r, h in enumerate(halves):
+            x[r, : 2 * len(h)] = torch.tensor(h + h, device=device)
+            weight[r, : 2 * len(h)] = 1.0
+            second[r, len(h) + 1: 2 * len(h)] = 1.0
+        for group in opt.param_groups:  # 50 warm-up steps, then constant: the transition needs the full rate
+            group["lr"] = cfg.learning_rate * min(1.0, step / 50)
+        logits = model(input_ids=x, attention_mask=weight.long()).logits[:, :-1].float()
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="none")
+        loss = (nll * weight[:, 1:]).sum() / weight[:, 1:].sum()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        batch_repeat = float((nll.detach() * second[:, 1:]).sum() / second[:, 1:].sum())
+        repeat_loss = batch_repeat if repeat_loss == float("inf") else 0.9 * repeat_loss + 0.1 * batch_repeat
+        if learned_at is None and repeat_loss < COPY_LEARNED_LOSS:
+            widened.append({"step": step, "alphabet": size})
+            if size >= len(pieces):
+                learned_at = step
+            else:  # copied on this alphabet: double it; the running loss restarts from the new batches
+                size, repeat_loss = min(2 * size, len(pieces)), float("inf")
+        bar.update(1)
+        bar.set_postfix(repeat=f"{repeat_loss:.2f}", alphabet=len(pool))
+        if probe is not None and step % 100 == 0:
+            log.append({"step": step, "drill_repeat_loss": repeat_loss, "alphabet": len(pool), **probe(model)})
+    bar.close()
+    if probe is not None and (not log or log[-1]["step"] != step):
+        log.append({"step": step, "drill_repeat_loss": repeat_loss, "alphabet": len(pool), **probe(model)})
+    model.eval()
+    if learned_at is None:
+        print(f"[warmstart] copy drill: copying not learned on all {len(pieces)} name pieces within {step} steps "
+              f"(alphabet {size}, repeat loss {repeat_loss:.2f}); raise copy_steps", flush=True)
+    return {"steps": step, "learned_at": learned_at, "alphabet_learned": widened,
+            "seconds": time.perf_counter() - t0, "probe_log": log}
 
 
 # --------------------------------------------------------------------------- copy gate
@@ -751,10 +850,17 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
     for name, agents, kept, dropped in prep.sft_runs(cfg):
         random.Random(cfg.seed).shuffle(kept)
         model = prep.new_model()  # a fresh copy of the same initialisation per SFT
+        drill = None
+        if cfg.copy_steps:
+            drill = copy_drill(model, prep.name_pieces, cfg, tokenizer.pad_token_id or 0,
+                               probe=lambda m: induction_probe(m, tokenizer, names))
+            stages[f"copy_drill_{name}_s"] = drill["seconds"]
         n_tok = sum(len(e["input_ids"]) for e in kept)
         print(f"[warmstart] {name}: {len(kept)} transcripts, {n_tok} tokens ({dropped} over max_length)", flush=True)
         stats = sft_train(model, tokenizer, kept, cfg, out / agents[0], gate=gate if gate_demos else None)
         stats["dropped_too_long"] = dropped
+        if drill is not None:
+            stats["copy_drill"] = drill
         if gate_demos:
             stats["copy_gate"] = gate(model)
             print(f"[copy gate] {name}: {json.dumps(stats['copy_gate'])}", flush=True)

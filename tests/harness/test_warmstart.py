@@ -87,11 +87,14 @@ def test_joint_warmstart_trains_one_model_saved_as_every_agent(tmp_path):
     out = tmp_path / "ws"
     args = ["joint=true", "n_train_tasks=2", "n_test_tasks=1", "eval_tasks=1", "max_steps=2", "batch_size=2",
             "world_size=tiny", "eval_max_new_tokens=8", "agents=[planner,sub_agent]", "repeat={planner: 3}",
-            "group_by_length=true"]
+            "group_by_length=true", "copy_steps=3", "copy_batch_size=4", "loss_tokens=all"]
     rc = main(["--out", str(out), *args])
     assert rc == 0
     summary = json.loads((out / "warmstart.json").read_text())
     assert list(summary["agents"]) == ["joint"] and summary["agents"]["joint"]["steps"] == 2
+    # the copy drill ran first and logged the induction probe at its last step
+    probe = summary["agents"]["joint"]["copy_drill"]["probe_log"]
+    assert [r["step"] for r in probe] == [3] and probe[0]["repeat_loss"] > 0 and probe[0]["first_loss"] > 0
     # the planner's transcripts count three times (repeat), the sub-agent's once
     prep = prepare(load_config(WarmstartConfig, None, args))
     n_planner, n_sub = len(prep.examples("planner")), len(prep.examples("sub_agent"))
@@ -331,6 +334,17 @@ def test_loss_tokens_all_makes_the_prompt_and_observations_targets_too(demos, to
     model_only, every = tokenize_transcript(codec, msgs), tokenize_transcript(codec, msgs, "all")
     assert every["input_ids"] == model_only["input_ids"] == every["labels"]
     assert sum(t != -100 for t in model_only["labels"]) < len(every["labels"]) / 2  # observations dominate
+
+
+def test_name_pieces_are_the_demonstration_worlds_name_tokens_most_frequent_first(tokenizer):
+    from harness.warmstart import entity_strings, name_pieces
+
+    worlds = [generate_world(seed=s, size="tiny") for s in (3, 4)]
+    pieces = name_pieces(tokenizer, worlds)
+    spelled = [i for w in worlds for t in sorted(entity_strings(w)) for i in tokenizer(t, add_special_tokens=False)["input_ids"]]
+    assert set(pieces) == set(spelled) and len(pieces) == len(set(pieces))
+    counts = [spelled.count(i) for i in pieces]
+    assert counts == sorted(counts, reverse=True)
 
 
 def test_bad_loss_tokens_is_a_clear_error():
