@@ -540,7 +540,9 @@ class Prepared:
     def examples(self, agent: str, loss_tokens: str = "model") -> list[dict[str, list[int]]]:
         """The agent's demonstrations tokenised as a rollout would build them (all lengths)."""
         codec = EpisodeTokens(self.tokenizer, agent_prompt(agent).tools)
-        return [tokenize_transcript(codec, m, loss_tokens) for m in self.demos.of(agent)]
+        transcripts = self.demos.of(agent)
+        return [tokenize_transcript(codec, m, loss_tokens) for m in
+                tqdm(transcripts, desc=f"tokenising {agent}", unit="transcript", disable=len(transcripts) < 2000)]
 
     def sft_runs(self, cfg: WarmstartConfig) -> list[tuple[str, list[str], list[dict[str, list[int]]], int]]:
         """The fine-tunings of ``cfg``: ``(name, agents saved from it, examples, dropped)``. One per agent, or
@@ -851,7 +853,9 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
         random.Random(cfg.seed).shuffle(kept)
         model = prep.new_model()  # a fresh copy of the same initialisation per SFT
         drill = None
-        if cfg.copy_steps:
+        # a resumed SFT loads its checkpoint's weights, which already went through the drill
+        resuming = cfg.save_steps > 0 and any((out / agents[0] / "trainer").glob("checkpoint-*"))
+        if cfg.copy_steps and not resuming:
             drill = copy_drill(model, prep.name_pieces, cfg, tokenizer.pad_token_id or 0,
                                probe=lambda m: induction_probe(m, tokenizer, names))
             stages[f"copy_drill_{name}_s"] = drill["seconds"]

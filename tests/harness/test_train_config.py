@@ -45,6 +45,7 @@ def test_warmstart_presets_load_and_match_their_training_world(path):
     assert (ws.world_seed, ws.world_size) == (train.world.seed, train.world.size)
     # ... and the search results look as they did in the demonstrations
     assert ws.search_top_k == train.tools.search_top_k
+    assert ws.search_snippets == train.tools.search_snippets
 
 
 def test_paper_preset_has_the_paper_hyperparameters():

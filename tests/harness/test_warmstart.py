@@ -108,6 +108,18 @@ def test_joint_warmstart_trains_one_model_saved_as_every_agent(tmp_path):
     assert summary["check"]["greedy"]["n_tasks"] == 1
 
 
+def test_a_resumed_build_skips_the_copy_drill_its_checkpoint_went_through(tmp_path):
+    out = tmp_path / "ws"
+    args = ["joint=true", "n_train_tasks=2", "n_test_tasks=1", "eval_tasks=0", "gate_tasks=0", "batch_size=2",
+            "world_size=tiny", "agents=[planner,sub_agent]", "copy_steps=3", "copy_batch_size=4", "save_steps=2"]
+    assert main(["--out", str(out), *args, "max_steps=2"]) == 0
+    first = json.loads((out / "warmstart.json").read_text())["agents"]["joint"]
+    assert first["copy_drill"]["steps"] == 3 and first["resumed_from"] is None
+    assert main(["--out", str(out), *args, "max_steps=4"]) == 0  # as after a kill at step 2
+    second = json.loads((out / "warmstart.json").read_text())["agents"]["joint"]
+    assert "copy_drill" not in second and second["resumed_from"].endswith("checkpoint-2") and second["steps"] == 4
+
+
 def test_bad_config_is_a_clear_error(tmp_path, capsys):
     assert main(["--out", str(tmp_path), "agents=[planner,critic]"]) == 2
     assert "unknown ['critic']" in capsys.readouterr().err
