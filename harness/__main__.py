@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.cli_run", "run one episode and print it turn by turn"),
     "warmstart": ("harness.warmstart", "SFT warm start of the agents on scripted-expert transcripts"),
     "train": ("harness.train", "train one trainer (starts the roles it needs on this machine)"),
+    "filter": ("harness.filter", "stage-2 hard filter: the starting system's success rate on each candidate task"),
     "experiment": ("harness.experiment", "world, warm start, all trainers x seeds, evaluation, report"),
     "report": ("harness.report", "comparison report from run records (same as python -m harness.report)"),
 }

@@ -21,8 +21,8 @@ planner.groups_per_step``.
 
 Deliberate decisions: ``sub.max_steps`` and ``sub.groups_per_step`` default (``null``) to the
 planner's, so the sub-agent takes one optimizer step per planner step (the paper's synchronised
-schedule); ``tasks.hard_filter_run`` (paper stage 2: keep tasks the stage-1 system mostly fails) is
-validated here and applied by the planner role from that run's eval records.
+schedule); ``tasks.hard_filter`` (paper stage 2: keep the tasks the stage-1 system mostly fails, as scored
+by ``python -m harness filter``) is validated here and applied when the run's task set is prepared.
 """
 
 from __future__ import annotations
@@ -88,10 +88,11 @@ class TasksConfig:
     templates: list[str] | None = help_field(None, "keep tasks whose gold template matches one of these glob patterns, "
                                              "e.g. gaia.person.* (training and evaluation tasks); null = all")
     test_fraction: float = help_field(0.25, "share of the world's entities that are test answer entities")
-    hard_filter_run: str | None = help_field(None, "paper stage 2: a run dir whose eval records decide which tasks "
-                                             "are hard; null = no filter")
-    hard_filter_max_success: float = help_field(0.25, "stage 2: keep tasks solved in at most this share of their "
-                                                "eval records in hard_filter_run")
+    hard_filter: str | None = help_field(None, "paper stage 2: a filter folder written by python -m harness filter "
+                                         "(the untrained or stage-1 system's success rate on every candidate task; one "
+                                         "filter for all arms); null = no filter")
+    hard_filter_max_success: float = help_field(0.25, "stage 2: keep tasks the filtering system solved in at most this "
+                                                "share of its attempts")
 
     def validate(self) -> None:
         unknown = sorted(set(self.benchmarks) - set(BENCHMARK_STYLES))

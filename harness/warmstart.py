@@ -125,6 +125,15 @@ class WarmstartConfig:
     copy_full_steps: int = help_field(300, "drill steps once every name piece is copied; the drill ends then, or "
                                       "after copy_steps in all")
     copy_batch_size: int = help_field(32, "sequences per copy-drill step (each 20-80 tokens)")
+    copy_alphabet: str = help_field("names", "pieces the drill copies: ``names`` (the tokens of entity names and URL "
+                                    "slugs) or ``all`` (those first, then every other token of the demonstrations, "
+                                    "most frequent first: relation words, digits and values are copied from the "
+                                    "question and the pages too, and a circuit trained on name pieces only did not "
+                                    "copy them; docs/training.md, \"The tiny warm start\")")
+    copy_mix: float = help_field(0.0, "share of extra SFT examples that are copy-drill sequences over the whole "
+                                 "alphabet (loss on the repeat only), so the SFT keeps the induction heads the drill "
+                                 "installed (measured: without it the probe's repeat loss rose from 0.79 to 2.46 "
+                                 "over 800 SFT steps)")
     loss_tokens: str = help_field("model", "tokens the SFT loss covers: ``model`` (the agent's own turns, what a rollout "
                                   "trains) or ``all`` (also the prompt and the tool observations, whose search "
                                   "results and pages repeat every entity name several times: far more copying "
@@ -161,6 +170,10 @@ class WarmstartConfig:
             raise ConfigError(f"search_top_k={self.search_top_k} must be >= 1")
         if self.copy_steps < 0 or self.copy_pieces < 2 or self.copy_batch_size < 1 or self.copy_full_steps < 0:
             raise ConfigError("copy_steps and copy_full_steps must be >= 0, copy_pieces >= 2, copy_batch_size >= 1")
+        if self.copy_alphabet not in ("names", "all"):
+            raise ConfigError(f"copy_alphabet={self.copy_alphabet!r}: choose names or all")
+        if not 0.0 <= self.copy_mix < 1.0:
+            raise ConfigError(f"copy_mix={self.copy_mix} must be in [0, 1) (a share of extra SFT examples)")
         if self.loss_tokens not in ("model", "all"):
             raise ConfigError(f"loss_tokens={self.loss_tokens!r}: choose model or all")
         if self.tokenizer not in ("bpe", "letters", "syllables"):
@@ -526,7 +539,7 @@ class Prepared:
     spec: Any
     n_worlds: int
     stages: dict[str, float]
-    name_pieces: list[int] = field(default_factory=list)
+    alphabet: list[int] = field(default_factory=list)  # the copy drill's pieces, most frequent first
 
     def new_model(self) -> Any:
         """A freshly initialised model for :attr:`tokenizer` (the same weights on every call), or the named
@@ -553,7 +566,10 @@ class Prepared:
         for name, agents in runs:
             examples = [e for agent in agents for e in self.examples(agent, cfg.loss_tokens) * cfg.repeat.get(agent, 1)]
             kept = [e for e in examples if len(e["input_ids"]) <= cfg.max_length]
-            out.append((name, agents, kept, len(examples) - len(kept)))
+            dropped = len(examples) - len(kept)
+            if cfg.copy_mix and self.alphabet:  # drill sequences keep the induction heads through the SFT
+                kept += copy_examples(self.alphabet, round(cfg.copy_mix * len(kept)), cfg.seed)
+            out.append((name, agents, kept, dropped))
         return out
 
 
@@ -615,8 +631,10 @@ def prepare(cfg: WarmstartConfig) -> Prepared:
     if tokenizer is None:
         _, tokenizer = load_model(spec, corpus=corpus)
     stages["model_s"] = time.perf_counter() - t0
-    return Prepared(world, train, test, toolbox, demos, tokenizer, corpus, spec, len(picked), stages,
-                    name_pieces(tokenizer, [tb.world for tb, _ in picked[:50]]))
+    pieces = name_pieces(tokenizer, [tb.world for tb, _ in picked[:50]])
+    if cfg.copy_alphabet == "all":
+        pieces = transcript_pieces(tokenizer, demos, pieces)
+    return Prepared(world, train, test, toolbox, demos, tokenizer, corpus, spec, len(picked), stages, pieces)
 
 
 # --------------------------------------------------------------------------- copy drill
@@ -629,6 +647,38 @@ def name_pieces(tokenizer: Any, worlds: list[Any]) -> list[int]:
             for i in tokenizer(text, add_special_tokens=False)["input_ids"]:
                 counts[i] = counts.get(i, 0) + 1
     return sorted(counts, key=lambda i: (-counts[i], i))
+
+
+def transcript_pieces(tokenizer: Any, demos: Demonstrations, first: list[int], n_transcripts: int = 2000) -> list[int]:
+    """``first`` (the name pieces), then every other token of the first ``n_transcripts`` demonstrations of
+    each agent, most frequent first, special tokens left out: the drill's ``copy_alphabet: all``."""
+    special = set(tokenizer.all_special_ids)
+    counts: dict[int, int] = {}
+    for agent in AGENTS:
+        for msgs in demos.of(agent)[:n_transcripts]:
+            for msg in msgs:
+                for i in tokenizer(msg["content"], add_special_tokens=False)["input_ids"]:
+                    counts[i] = counts.get(i, 0) + 1
+    seen = set(first)
+    rest = sorted((i for i in counts if i not in seen and i not in special), key=lambda i: (-counts[i], i))
+    return list(first) + rest
+
+
+def repeated_pieces(pieces: list[int], rng: random.Random) -> tuple[list[int], int]:
+    """One copy-drill sequence: 10-40 random ``pieces`` written twice; returns the ids and the length of a half."""
+    half = [rng.choice(pieces) for _ in range(rng.randint(10, 40))]
+    return half + half, len(half)
+
+
+def copy_examples(pieces: list[int], n: int, seed: int) -> list[dict[str, list[int]]]:
+    """``n`` copy-drill sequences as SFT examples (the loss on the predictable tokens of the repeat only),
+    mixed into the demonstrations by ``copy_mix``."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        ids, half = repeated_pieces(pieces, rng)
+        out.append({"input_ids": ids, "labels": [-100] * (half + 1) + ids[half + 1:]})
+    return out
 
 
 #: The copy drill's repeat loss (nats per token, running mean) below which copying counts as learned.
@@ -661,15 +711,15 @@ def copy_drill(model: Any, pieces: list[int], cfg: WarmstartConfig, pad_id: int,
     while step < cfg.copy_steps and (learned_at is None or step < learned_at + cfg.copy_full_steps):
         step += 1
         pool = pieces[:size]
-        halves = [[rng.choice(pool) for _ in range(rng.randint(10, 40))] for _ in range(cfg.copy_batch_size)]
-        width = 2 * max(len(h) for h in halves)
-        x = torch.full((len(halves), width), pad_id, device=device)
-        weight = torch.zeros((len(halves), width), device=device)  # 1 on real tokens
-        second = torch.zeros((len(halves), width), device=device)  # 1 on the predictable tokens of the repeat
-        for r, h in enumerate(halves):
-            x[r, : 2 * len(h)] = torch.tensor(h + h, device=device)
-            weight[r, : 2 * len(h)] = 1.0
-            second[r, len(h) + 1: 2 * len(h)] = 1.0
+        seqs = [repeated_pieces(pool, rng) for _ in range(cfg.copy_batch_size)]
+        width = max(len(ids) for ids, _ in seqs)
+        x = torch.full((len(seqs), width), pad_id, device=device)
+        weight = torch.zeros((len(seqs), width), device=device)  # 1 on real tokens
+        second = torch.zeros((len(seqs), width), device=device)  # 1 on the predictable tokens of the repeat
+        for r, (ids, half) in enumerate(seqs):
+            x[r, : len(ids)] = torch.tensor(ids, device=device)
+            weight[r, : len(ids)] = 1.0
+            second[r, half + 1: len(ids)] = 1.0
         for group in opt.param_groups:  # 50 warm-up steps, then constant: the transition needs the full rate
             group["lr"] = cfg.learning_rate * min(1.0, step / 50)
         logits = model(input_ids=x, attention_mask=weight.long()).logits[:, :-1].float()
@@ -856,7 +906,7 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
         # a resumed SFT loads its checkpoint's weights, which already went through the drill
         resuming = cfg.save_steps > 0 and any((out / agents[0] / "trainer").glob("checkpoint-*"))
         if cfg.copy_steps and not resuming:
-            drill = copy_drill(model, prep.name_pieces, cfg, tokenizer.pad_token_id or 0,
+            drill = copy_drill(model, prep.alphabet, cfg, tokenizer.pad_token_id or 0,
                                probe=lambda m: induction_probe(m, tokenizer, names))
             stages[f"copy_drill_{name}_s"] = drill["seconds"]
         n_tok = sum(len(e["input_ids"]) for e in kept)

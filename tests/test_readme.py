@@ -56,6 +56,9 @@ SMALL: dict[str, list[str] | None] = {
     "python -m harness train --trainer mgrpo --config baselines/configs/tiny/mgrpo.yaml --seed 0 --run-dir "
     "runs/mgrpo-tiny models.planner=runs/warmstart-tiny models.sub=runs/warmstart-tiny": QUICK_TRAIN,
     "python -m harness train --resume runs/mgrpo-tiny": [],
+    "python -m harness filter --config baselines/configs/tiny/mgrpo.yaml --out runs/filter-tiny --k 4 "
+    "models.planner=runs/warmstart-tiny models.sub=runs/warmstart-tiny":
+        ["tasks.n_train=1", "rollout.planner_turns=2", "rollout.sub_turns=2", "rollout.max_new_tokens=24"],
     "python -m harness experiment --preset tiny --seeds 2": None,
     "pytest benchmarks/ --trainer=expert --bench local_gaia --bench-limit 5": [],
     "pytest benchmarks/ --trainer=mgrpo": ["--bench-limit", "1"],
@@ -71,6 +74,8 @@ EXPECT: dict[str, list[str]] = {
     "python -m harness train --trainer": [r"\[train\] planner step 1/2", r"\[train\] planner step 2/2",
                                           r"\[train\] completed"],
     "python -m harness train --resume": [r"\[train\] completed"],
+    "python -m harness filter": [r"\[filter\] 3 candidate tasks, 4 attempts each .* kept at "
+                                 r"tasks.hard_filter_max_success=0.25"],
     "pytest benchmarks/ --trainer=expert": [r"local_gaia", r"\b5 passed\b"],
     "pytest benchmarks/ --trainer=mgrpo": [r"local_gaia", r"local_webwalkerqa", r"local_xbench"],
     "python -m harness.report": [r"report"],

@@ -8,7 +8,7 @@ two-node setup of docs/training.md)::
 and each role reads it (``python -m harness.role ... --tasks DIR``, default ``<run-dir>/tasks``). Preparing
 is what each role used to do at start-up: generate the world, its tasks (each verified by the scripted
 expert's gold episode), select them (``tasks.benchmarks``, ``split``, ``max_hops``, ``templates``), apply the
-stage-2 hard filter (``tasks.hard_filter_run``) and ``tasks.limit``, and take the first ``eval.n_tasks``
+stage-2 hard filter (``tasks.hard_filter``: a folder written by ``python -m harness filter``) and ``tasks.limit``, and take the first ``eval.n_tasks``
 held-out tasks per style for evaluation. The order is kept exactly.
 
 Layout of the folder:
@@ -123,10 +123,10 @@ def _check_enough(train: list[dict[str, Any]], cfg: TrainConfig) -> None:
 
 
 # ------------------------------------------------------------------------------ generation
-def generate_run_tasks(cfg: TrainConfig) -> RunTasks:
-    """(training tasks, evaluation tasks) as the config selects them (deterministic per world seed), with
-    the world fingerprint in ``meta``; generates the world and verifies every task with the scripted expert."""
-    t0 = time.perf_counter()
+def candidate_tasks(cfg: TrainConfig) -> tuple[Any, list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(world, training candidates, evaluation tasks)`` as the config selects them, before the hard filter
+    and ``tasks.limit`` (deterministic per world seed; every task verified by the scripted expert's gold
+    episode). The hard filter (``python -m harness filter``) scores exactly these candidates."""
     world = generate_world(seed=cfg.world.seed, size=cfg.world.size)
     taskset = generate_tasks(world, TaskConfig(n_train=cfg.tasks.n_train, n_test=cfg.tasks.n_test,
                                                test_fraction=cfg.tasks.test_fraction))
@@ -136,36 +136,97 @@ def generate_run_tasks(cfg: TrainConfig) -> RunTasks:
         tasks = [t for b in cfg.tasks.benchmarks for t in taskset.tasks.get((b, split), [])]
         return select_tasks(tasks, max_hops=cfg.tasks.max_hops, templates=cfg.tasks.templates)
 
-    train = selected(cfg.tasks.split)
-    if cfg.tasks.hard_filter_run:
-        train = hard_filter(train, Path(cfg.tasks.hard_filter_run), cfg.tasks.hard_filter_max_success)
-    if cfg.tasks.limit is not None:
-        train = train[: cfg.tasks.limit]
-    _check_enough(train, cfg)
     # the evaluation tasks follow the same selection (the held-out tasks of the trained distribution)
     evals = [t for b in cfg.tasks.benchmarks for t in select_tasks(
         taskset.tasks.get((b, other), []), max_hops=cfg.tasks.max_hops, templates=cfg.tasks.templates)[: cfg.eval.n_tasks]]
+    return world, selected(cfg.tasks.split), evals
+
+
+def generate_run_tasks(cfg: TrainConfig) -> RunTasks:
+    """(training tasks, evaluation tasks) as the config selects them (deterministic per world seed), with
+    the world fingerprint in ``meta``; generates the world and verifies every task with the scripted expert."""
+    t0 = time.perf_counter()
+    world, train, evals = candidate_tasks(cfg)
+    fingerprint = world_fingerprint(world)
+    if cfg.tasks.hard_filter:
+        filtered = read_filter(Path(cfg.tasks.hard_filter), cfg, fingerprint)
+        train = hard_filter(train, filtered, cfg.tasks.hard_filter_max_success, Path(cfg.tasks.hard_filter))
+    if cfg.tasks.limit is not None:
+        train = train[: cfg.tasks.limit]
+    _check_enough(train, cfg)
     meta = selection(cfg)
-    meta["world"]["fingerprint"] = world_fingerprint(world)
+    meta["world"]["fingerprint"] = fingerprint
     meta["prepare_s"] = round(time.perf_counter() - t0, 3)
     return RunTasks(train, evals, meta)
 
 
-def hard_filter(tasks: list[dict[str, Any]], run_dir: Path, max_success: float) -> list[dict[str, Any]]:
-    """Paper stage 2: keep tasks the stage-1 run solved in at most ``max_success`` of its eval records."""
-    files = RunPaths(run_dir).eval_files()
-    if not files:
-        raise ConfigError(f"tasks.hard_filter_run={run_dir}: no eval records there (run stage 1 with eval.every > 0)")
-    seen: dict[str, list[bool]] = {}
-    for _, _, path in files:
-        for rec in read_tasks(path, tolerate_truncated_tail=True).records:
-            seen.setdefault(str(rec.task_id), []).append(bool(rec.correct))
-    keep = []
-    for t in tasks:
-        results = seen.get(task_key(t))
-        if results is None or sum(results) / len(results) <= max_success:
-            keep.append(t)
-    return keep
+# ------------------------------------------------------------------------------ the stage-2 hard filter
+#: Written into ``filter.json`` by ``python -m harness filter``; a reader refuses any other.
+FILTER_FORMAT = "mgrpo-filter/1"
+FILTER_META = "filter.json"
+FILTER_FILE = "filter.jsonl"
+#: Task-section fields that do not change which candidates a filter scores.
+_NOT_CANDIDATE_FIELDS = ("hard_filter", "hard_filter_max_success", "limit")
+
+
+def filter_selection(cfg: TrainConfig) -> dict[str, Any]:
+    """What decides a filter's candidate tasks: the world and the task selection without the filter's own
+    fields and ``limit``. Every stage-2 arm that reads one filter must select the same candidates."""
+    tasks = {k: v for k, v in to_dict(cfg.tasks).items() if k not in _NOT_CANDIDATE_FIELDS}
+    return {"world": {"seed": cfg.world.seed, "size": cfg.world.size}, "tasks": tasks}
+
+
+def read_filter(filter_dir: Path, cfg: TrainConfig, fingerprint: str) -> dict[str, float]:
+    """Success rate per candidate task id from a filter folder (``python -m harness filter``), checked
+    against ``cfg``'s candidate selection and the world (``fingerprint``): :class:`TaskSetError` naming the
+    reason when the filter was written for another world, selection or filter version."""
+    where = f"tasks.hard_filter={filter_dir}"
+    try:
+        meta = json.loads((filter_dir / FILTER_META).read_text())
+    except FileNotFoundError:
+        raise TaskSetError(f"{where}: no {FILTER_META} there (missing, or the filter was cut before it finished); "
+                           f"write it with python -m harness filter --config <this config> --out {filter_dir}") from None
+    except (OSError, ValueError) as exc:
+        raise TaskSetError(f"{where}: {FILTER_META} is unreadable ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FILTER_FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else None
+        raise TaskSetError(f"{where}: written by another filter version (format {got!r}, this code reads "
+                           f"{FILTER_FORMAT}); run python -m harness filter again")
+    diff = _differences({k: meta.get(k) for k in ("world", "tasks")}, filter_selection(cfg))
+    diff = [d.replace("in the task set", "in the filter") for d in diff if not d.startswith("world.fingerprint")]
+    if diff:
+        raise TaskSetError(f"{where}: the filter scored other candidate tasks than this config selects: "
+                           + "; ".join(diff) + ". Every stage-2 arm must select the candidates the filter scored")
+    if meta["world"].get("fingerprint") != fingerprint:
+        raise TaskSetError(f"{where}: the filter was written on another world than the one this code generates "
+                           f"for seed {cfg.world.seed}, size {cfg.world.size} (the world generator changed); "
+                           "run the filter again")
+    try:
+        data = (filter_dir / FILTER_FILE).read_bytes()
+    except OSError as exc:
+        raise TaskSetError(f"{where}: cannot read {FILTER_FILE} ({exc})") from None
+    if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+        raise TaskSetError(f"{where}: {FILTER_FILE} does not match the sha256 in {FILTER_META} (edited or cut); "
+                           "run the filter again")
+    rates: dict[str, float] = {}
+    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
+        try:
+            row = json.loads(line)
+            rates[str(row["task_id"])] = float(row["success_rate"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise TaskSetError(f"{where}: {FILTER_FILE} line {n} is not a filter row ({exc})") from None
+    return rates
+
+
+def hard_filter(tasks: list[dict[str, Any]], rates: dict[str, float], max_success: float,
+                filter_dir: Path) -> list[dict[str, Any]]:
+    """Paper §5 stage 2: keep the candidate tasks the filtering system solved in at most ``max_success`` of
+    its attempts (in their order). Every candidate must have been scored."""
+    missing = [task_key(t) for t in tasks if task_key(t) not in rates]
+    if missing:
+        raise TaskSetError(f"tasks.hard_filter={filter_dir}: {len(missing)} candidate tasks were never scored by "
+                           f"the filter (first: {missing[0]}); run the filter again for this config")
+    return [t for t in tasks if rates[task_key(t)] <= max_success]
 
 
 # ------------------------------------------------------------------------------ files

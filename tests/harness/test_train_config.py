@@ -57,8 +57,8 @@ def test_paper_preset_has_the_paper_hyperparameters():
         assert cfg.store.url.startswith("redis://")
     s1 = load_train_config(str(ROOT / "baselines/configs/paper/mgrpo_stage1.yaml"))
     s2 = load_train_config(str(ROOT / "baselines/configs/paper/mgrpo_stage2.yaml"))
-    assert s1.tasks.max_hops == 1 and s1.tasks.hard_filter_run is None  # stage 1: simple tasks
-    assert s2.tasks.hard_filter_run and s2.models.planner.endswith("checkpoint-100")  # stage 2 starts from stage 1
+    assert s1.tasks.max_hops == 1 and s1.tasks.hard_filter is None  # stage 1: simple tasks
+    assert s2.tasks.hard_filter and s2.models.planner.endswith("checkpoint-100")  # stage 2 starts from stage 1
 
 
 def test_tiny_preset_is_cpu_friendly():

@@ -87,7 +87,8 @@ def test_joint_warmstart_trains_one_model_saved_as_every_agent(tmp_path):
     out = tmp_path / "ws"
     args = ["joint=true", "n_train_tasks=2", "n_test_tasks=1", "eval_tasks=1", "max_steps=2", "batch_size=2",
             "world_size=tiny", "eval_max_new_tokens=8", "agents=[planner,sub_agent]", "repeat={planner: 3}",
-            "group_by_length=true", "copy_steps=3", "copy_batch_size=4", "loss_tokens=all"]
+            "group_by_length=true", "copy_steps=3", "copy_batch_size=4", "loss_tokens=all", "copy_alphabet=all",
+            "copy_mix=0.5"]
     rc = main(["--out", str(out), *args])
     assert rc == 0
     summary = json.loads((out / "warmstart.json").read_text())
@@ -99,7 +100,9 @@ def test_joint_warmstart_trains_one_model_saved_as_every_agent(tmp_path):
     prep = prepare(load_config(WarmstartConfig, None, args))
     n_planner, n_sub = len(prep.examples("planner")), len(prep.examples("sub_agent"))
     joint = summary["agents"]["joint"]
-    assert joint["n_examples"] + joint["dropped_too_long"] == 3 * n_planner + n_sub and n_planner >= 1
+    # and half as many copy-drill sequences again (copy_mix) keep the induction heads through the SFT
+    n_demo = 3 * n_planner + n_sub - joint["dropped_too_long"]
+    assert joint["n_examples"] == n_demo + round(0.5 * n_demo) and n_planner >= 1
     planner, _ = load_model(str(out / "planner"))
     sub, _ = load_model(str(out / "sub_agent"))
     for (name, a), (_, b) in zip(planner.state_dict().items(), sub.state_dict().items()):
@@ -405,3 +408,37 @@ def test_induction_probe_tells_a_copying_model_from_one_that_cannot(tokenizer):
     assert abs(flat["repeat_loss"] - flat["first_loss"]) < 0.5  # no copying mechanism: the repeat is as hard
     copier = induction_probe(_Copier(len(tokenizer)), tokenizer, names)
     assert copier["repeat_loss"] < 0.5 * copier["first_loss"] and copier["repeat_loss"] < 3.0
+
+
+def test_the_all_alphabet_is_the_name_pieces_then_every_other_demonstration_token(demos, tokenizer):
+    from harness.warmstart import transcript_pieces
+
+    d, _ = demos
+    first = [tokenizer("Alpha", add_special_tokens=False)["input_ids"][0]]
+    pieces = transcript_pieces(tokenizer, d, first)
+    assert pieces[0] == first[0] and len(pieces) == len(set(pieces))
+    written = {i for a in ("planner", "sub_agent") for m in d.of(a) for msg in m
+               for i in tokenizer(msg["content"], add_special_tokens=False)["input_ids"]}
+    assert written <= set(pieces) and not set(pieces) & set(tokenizer.all_special_ids)
+    digits = tokenizer("2007", add_special_tokens=False)["input_ids"]
+    assert set(digits) <= set(pieces)  # values are copied from pages too
+
+
+def test_copy_examples_put_the_loss_on_the_predictable_repeat_only():
+    from harness.warmstart import copy_examples
+
+    for ex in copy_examples(list(range(5, 40)), 20, seed=1):
+        ids, labels = ex["input_ids"], ex["labels"]
+        half = len(ids) // 2
+        assert ids[:half] == ids[half:] and 10 <= half <= 40
+        assert labels[: half + 1] == [-100] * (half + 1) and labels[half + 1:] == ids[half + 1:]
+    assert copy_examples(list(range(5, 40)), 3, seed=1) == copy_examples(list(range(5, 40)), 3, seed=1)
+
+
+@pytest.mark.parametrize("arg, message", [("copy_alphabet=digits", "copy_alphabet='digits': choose names or all"),
+                                          ("copy_mix=1.5", r"copy_mix=1.5 must be in \[0, 1\)")])
+def test_bad_copy_drill_settings_are_clear_errors(arg, message):
+    from harness.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(WarmstartConfig, None, [arg])
