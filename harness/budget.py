@@ -227,7 +227,7 @@ def run_seconds(train_cfg: Any, shape: EpisodeShape, cal: Calibration, *, sub_tr
     if sub_trains:  # the sub role trains in its own process, mostly while the planner generates
         train += 0.5 * 3 * batch * shape.sub_calls * shape.sub_len * cal.sft_s_per_token
     n_evals = (steps // train_cfg.eval.every + 1) if train_cfg.eval.every else 0
-    n_eval_tasks = train_cfg.eval.n_tasks * len(train_cfg.tasks.benchmarks)
+    n_eval_tasks = train_cfg.eval.n_tasks * len(train_cfg.tasks.benchmarks) * train_cfg.eval.runs
     eval_s = n_evals * rollout_seconds(shape, cal, batch=n_eval_tasks,
                                        max_new_tokens=train_cfg.eval.max_new_tokens or train_cfg.rollout.max_new_tokens)
     return {"startup_s": RUN_STARTUP_S, "steps_s": steps * (rollout + train), "eval_s": eval_s}
@@ -240,8 +240,11 @@ def format_breakdown(stages: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
-def estimate_experiment(ws_cfg: Any, arms: dict[str, Any], seeds: int, *, warmstart_done: bool) -> dict[str, Any]:
-    """Stage seconds of ``python -m harness experiment``: warm start (unless done) and every run.
+def estimate_experiment(ws_cfg: Any, arms: dict[str, Any], seeds: int, *, warmstart_done: bool,
+                        stage1: Any = None, filter_k: int = 4) -> dict[str, Any]:
+    """Stage seconds of ``python -m harness experiment``: warm start (unless done) and every run; with
+    ``stage1`` (``--two-stage``: the stage-1 :class:`TrainConfig`) also the stage-1 runs and the hard filter
+    (``filter_k`` sampled episodes per candidate task, estimated like evaluation episodes).
 
     ``ws_cfg`` is the preset's :class:`WarmstartConfig`, ``arms`` maps run names to their
     :class:`TrainConfig`. Returns ``{"stages": {...}, "total_s": ..., "calibration": {...}, "shape": {...}}``.
@@ -284,6 +287,14 @@ def estimate_experiment(ws_cfg: Any, arms: dict[str, Any], seeds: int, *, warmst
         # the copy drill before each SFT: copy_batch_size sequences of 50 tokens on average per step
         drill = len(sft_lengths) * ws_cfg.copy_steps * ws_cfg.copy_batch_size * 50 * cal_ws.sft_s_per_token
         stages["warm start"] = sum(ws.values()) + sum(prep.stages.values()) + drill * SFT_OVERHEAD
+    if stage1 is not None:
+        stages[f"stage 1 (mgrpo) x {seeds}"] = seeds * sum(run_seconds(stage1, shape, cal_run, sub_trains=True,
+                                                                       multi_agent=True).values())
+        candidates = next(iter(arms.values()), stage1)
+        n_candidates = candidates.tasks.n_train * len(candidates.tasks.benchmarks)
+        per_task = rollout_seconds(shape.capped(candidates.rollout, multi_agent=True), cal_run, batch=filter_k,
+                                   max_new_tokens=candidates.rollout.max_new_tokens)
+        stages[f"hard filter x {seeds}"] = seeds * n_candidates * per_task
     for name, cfg in arms.items():
         spec = TRAINERS[str(cfg.trainer)]
         per_run = run_seconds(cfg, shape, cal_run, sub_trains=spec.sub_trains, multi_agent=name != "single_agent"

@@ -11,6 +11,14 @@
    local test tasks (task records), from the warm-started models.
 3. **Report**: ``python -m harness.report`` over the experiment's runs into ``--report``.
 
+``--two-stage`` follows the paper's protocol (§5; docs/training.md, "Two stages and the hard filter"): per
+seed, **stage 1** co-trains planner and sub-agent with mgrpo on simple tasks (the preset's ``stage1.yaml``,
+in ``<out>/stage1/``); the **hard filter** (``python -m harness filter``, ``--filter-k`` attempts per task)
+scores that stage-1 system on the stage-2 candidates (``<out>/filter/seed<N>/``); then every **stage-2 arm**
+of that seed starts from the stage-1 checkpoint (``frozen_sub`` freezes the sub-agent only now;
+``single_agent``, which has no sub-agent, starts from the warm start) and trains on the filtered tasks
+(``tasks.hard_filter``). The report covers the stage-2 runs.
+
 Rerunning the same command resumes the experiment: the warm start and completed runs are reused;
 a run that did not complete is moved to ``<out>/incomplete/`` and started afresh.
 
@@ -35,6 +43,7 @@ from harness.budget import estimate_experiment, format_breakdown
 from harness.checkpoint_files import PROVENANCE_FILE, verify_checkpoint
 from harness.config import ConfigError, load_config, load_yaml
 from harness.records import portable_argv
+from harness.role.checkpoints import last_checkpoint
 from harness.train_config import load_train_config
 from harness.warmstart import WarmstartConfig
 
@@ -48,7 +57,7 @@ ARMS = ("single_agent", "frozen_sub", "mgrpo", "mgrpo_align_none")
 
 QUICK_WARMSTART = ["max_steps=3", "n_train_tasks=4", "n_test_tasks=2", "eval_tasks=2", "world_size=tiny",
                    "batch_size=2", "max_length=1536", "eval_max_new_tokens=24"]
-QUICK_TRAIN = ["planner.max_steps=2", "eval.every=2", "eval.n_tasks=1", "rollout.k=2",
+QUICK_TRAIN = ["planner.max_steps=2", "eval.every=2", "eval.n_tasks=1", "eval.runs=2", "rollout.k=2",
                "rollout.max_new_tokens=24", "rollout.planner_turns=2", "rollout.sub_turns=2", "alignment.d=2",
                "tasks.n_train=4", "tasks.n_test=2", "planner.groups_per_step=2"]
 
@@ -65,6 +74,10 @@ def _run(argv: list[str], log: Path) -> int:
         return subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT).returncode
 
 
+#: Attempts per candidate task of the two-stage experiment's hard filter (``--filter-k``; quick: 2).
+FILTER_K = 4
+
+
 def check_budget(args: argparse.Namespace, preset_dir: Path, arms: list[str], *, ws_done: bool) -> tuple[int, float]:
     """Print the calibrated time estimate; (exit status, estimated minutes): status 3 when it is over
     ``--budget-min`` (nothing has run yet), 2 for a config error."""
@@ -74,11 +87,14 @@ def check_budget(args: argparse.Namespace, preset_dir: Path, arms: list[str], *,
                              QUICK_WARMSTART if args.quick else [])
         arm_cfgs = {a: load_train_config(str(preset_dir / f"{a}.yaml"), QUICK_TRAIN if args.quick else [])
                     for a in arms}
+        stage1 = (load_train_config(str(preset_dir / "stage1.yaml"), QUICK_TRAIN if args.quick else [])
+                  if args.two_stage else None)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2, 0.0
     print("budget check: calibrating on this machine ...", flush=True)
-    est = estimate_experiment(ws_cfg, arm_cfgs, args.seeds, warmstart_done=ws_done)
+    est = estimate_experiment(ws_cfg, arm_cfgs, args.seeds, warmstart_done=ws_done, stage1=stage1,
+                              filter_k=args.filter_k)
     total_min = est["total_s"] / 60
     print(f"estimated time (calibration took {est['calibration_s']:.0f} s):\n{format_breakdown(est['stages'])}",
           flush=True)
@@ -91,11 +107,64 @@ def check_budget(args: argparse.Namespace, preset_dir: Path, arms: list[str], *,
     return 0, total_min
 
 
+def train_run(args: argparse.Namespace, out: Path, name: str, seed: int, trainer: str, config: Path, run_dir: Path,
+              overrides: list[str], log: Path) -> str | None:
+    """One ``python -m harness train`` run into ``run_dir`` (skipped when it already completed; an incomplete
+    earlier attempt is moved aside); returns why it failed, else None."""
+    if (run_dir / "status.json").is_file() and json.loads((run_dir / "status.json").read_text()).get("state") == "completed":
+        return None
+    if run_dir.exists():  # an earlier attempt that did not complete: kept aside, never mixed into this one
+        kept = out / "incomplete" / f"{run_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        run_dir.rename(kept)
+        tqdm.write(f"note: an incomplete earlier attempt of {run_dir.name} was moved to {kept}; starting it afresh")
+    cmd = [sys.executable, "-m", "harness", "train", "--trainer", trainer, "--config", _arg(config),
+           "--seed", str(seed), "--run-dir", _arg(run_dir), *overrides, *(QUICK_TRAIN if args.quick else [])]
+    rc = _run(cmd, log)
+    return f"{name} seed {seed} (exit {rc}; see {log})" if rc != 0 else None
+
+
+def stage_one(args: argparse.Namespace, preset_dir: Path, out: Path, seed: int, start: dict[str, Path],
+              failed: list[str]) -> dict[str, str] | None:
+    """``--two-stage`` for one seed: the stage-1 mgrpo run (from the warm start), then the hard filter of its
+    system on the stage-2 candidates; returns the stage-1 checkpoints and the filter folder (as child
+    arguments), or None (the reason appended to ``failed``)."""
+    run_dir = out / "stage1" / f"mgrpo-seed{seed}"
+    fail = train_run(args, out, "mgrpo", seed, "mgrpo", preset_dir / "stage1.yaml", run_dir,
+                     [f"models.planner={_arg(start['planner'])}", f"models.sub={_arg(start['sub_agent'])}"],
+                     out / "logs" / f"stage1-mgrpo-seed{seed}.log")
+    if fail:
+        failed.append(f"stage 1: {fail}")
+        return None
+    got = {role: last_checkpoint(run_dir / role / "checkpoints") for role in ("planner", "sub")}
+    if got["planner"] is None:
+        failed.append(f"stage 1: mgrpo seed {seed} saved no planner checkpoint in {run_dir / 'planner' / 'checkpoints'}")
+        return None
+    planner = _arg(Path(got["planner"]))
+    # a sub role that trained no step saved nothing: its start is then still the warm start
+    sub = _arg(Path(got["sub"])) if got["sub"] else _arg(start["sub_agent"])
+    if not got["sub"]:
+        tqdm.write(f"note: stage 1 seed {seed}: the sub-agent trained no step; stage 2 starts it from the warm start")
+    filter_dir = out / "filter" / f"seed{seed}"
+    if not (filter_dir / "filter.json").is_file():
+        log = out / "logs" / f"filter-seed{seed}.log"
+        # the candidates of the stage-2 arms: the preset's mgrpo config with the arms' overrides
+        cmd = [sys.executable, "-m", "harness", "filter", "--config", _arg(preset_dir / "mgrpo.yaml"),
+               "--out", _arg(filter_dir), "--k", str(args.filter_k), f"models.planner={planner}", f"models.sub={sub}",
+               f"seed={seed}", *(QUICK_TRAIN if args.quick else [])]
+        rc = _run(cmd, log)
+        if rc != 0:
+            failed.append(f"hard filter seed {seed} (exit {rc}; see {log})")
+            return None
+    return {"planner": planner, "sub": sub, "filter": _arg(filter_dir)}
+
+
 def report_title(args: argparse.Namespace) -> str:
     """The report's title, which says what scale of run it is (the committed reference is a tiny CPU run)."""
     scale = "tiny-scale CPU run" if args.preset == "tiny" else f"preset {args.preset}"
     quick = "; --quick smoke run, claims no learning" if args.quick else ""
-    return f"M-GRPO comparison, embedded default ({scale}, {args.seeds} seeds{quick})"
+    stages = "; two stages: stage-2 runs from the stage-1 checkpoint, hard-filtered tasks" if args.two_stage else ""
+    return f"M-GRPO comparison, embedded default ({scale}, {args.seeds} seeds{stages}{quick})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,17 +178,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rebuild-warmstart", action="store_true",
                     help="build the warm start first and ship it to baselines/checkpoints/<preset>/ (make demo "
                          "WARMSTART=1); by default a shipped checkpoint there is the start of every run")
+    ap.add_argument("--two-stage", action="store_true",
+                    help="the paper's protocol: per seed, stage 1 co-trains both agents (the preset's stage1.yaml), the "
+                         "hard filter scores that system, and every stage-2 arm starts from the stage-1 checkpoint "
+                         "and trains on the filtered tasks")
+    ap.add_argument("--filter-k", type=int, default=None,
+                    help=f"--two-stage: attempts per candidate task of the hard filter (default {FILTER_K}; quick: 2)")
     ap.add_argument("--budget-min", type=float, default=None,
                     help="refuse to start when the calibrated estimate of the whole experiment exceeds this many "
                          "minutes (make demo: BUDGET, default 40); the estimate and its breakdown are printed either way")
     args = ap.parse_args(argv)
+    if args.filter_k is None:
+        args.filter_k = 2 if args.quick else FILTER_K
 
     preset_dir = CONFIGS / args.preset
     if not preset_dir.is_dir():
         known = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir())
         print(f"error: no preset {args.preset!r} in {CONFIGS}; known: {known}", file=sys.stderr)
         return 2
-    suffix = "-quick" if args.quick else ""
+    if args.two_stage and not (preset_dir / "stage1.yaml").is_file():
+        print(f"error: --two-stage needs the preset's stage-1 config {preset_dir / 'stage1.yaml'} (mgrpo on simple "
+              "tasks; see baselines/configs/tiny/stage1.yaml)", file=sys.stderr)
+        return 2
+    if args.filter_k < 1:
+        print(f"error: --filter-k={args.filter_k}: at least one attempt per task", file=sys.stderr)
+        return 2
+    suffix = ("-two-stage" if args.two_stage else "") + ("-quick" if args.quick else "")
     out = Path(args.out or ROOT / "runs" / f"experiment-{args.preset}{suffix}").resolve()
     report = Path(args.report or ROOT / "reports" / f"{args.preset}-cpu{suffix}").resolve()
     arms = [a for a in args.arms.split(",") if (preset_dir / f"{a}.yaml").is_file()]
@@ -169,31 +253,36 @@ def main(argv: list[str] | None = None) -> int:
         start = {agent: ws_dir / agent for agent in ("planner", "sub_agent", "single_agent")}
     print(f"      warm start check: {json.dumps(summary.get('check', {}))}", flush=True)
 
-    print("[2/3] training runs ...", flush=True)
-    failed = []
+    failed: list[str] = []
+    starts: dict[int, dict[str, str]] = {}  # --two-stage: per seed, the stage-1 checkpoints and the filter
+    if args.two_stage:
+        print("[2/4] stage 1 (mgrpo, both agents) and the hard filter, per seed ...", flush=True)
+        for seed in range(args.seeds):
+            got = stage_one(args, preset_dir, out, seed, start, failed)
+            if got is not None:
+                starts[seed] = got
+
+    print(f"[{3 if args.two_stage else 2}/{4 if args.two_stage else 3}] training runs ...", flush=True)
     runs_dir = out / "runs"
     for arm, seed in tqdm(plan, desc="runs", unit="run"):
         config = preset_dir / f"{arm}.yaml"
         run_dir = runs_dir / f"{arm}-seed{seed}"
-        if (run_dir / "status.json").is_file() and json.loads((run_dir / "status.json").read_text()).get("state") == "completed":
+        if args.two_stage and seed not in starts:
+            failed.append(f"{arm} seed {seed} (not started: stage 1 or the hard filter of seed {seed} failed)")
             continue
-        if run_dir.exists():  # an earlier attempt that did not complete: kept aside, never mixed into this one
-            kept = out / "incomplete" / f"{run_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}"
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            run_dir.rename(kept)
-            tqdm.write(f"note: an incomplete earlier attempt of {run_dir.name} was moved to {kept}; starting it afresh")
         overrides = [f"models.planner={_arg(start['single_agent' if arm == 'single_agent' else 'planner'])}",
                      f"models.sub={_arg(start['sub_agent'])}"]
-        trainer = load_yaml(config).get("trainer", arm)
-        cmd = [sys.executable, "-m", "harness", "train", "--trainer", str(trainer), "--config", _arg(config),
-               "--seed", str(seed),
-               "--run-dir", _arg(run_dir), *overrides, *(QUICK_TRAIN if args.quick else [])]
-        rc = _run(cmd, out / "logs" / f"{arm}-seed{seed}.log")
-        if rc != 0:
-            failed.append(f"{arm} seed {seed} (exit {rc}; see {out / 'logs' / f'{arm}-seed{seed}.log'})")
-            tqdm.write(f"run failed: {failed[-1]}")
+        if args.two_stage:
+            if arm != "single_agent":  # it has no sub-agent to take from the two-agent stage-1 checkpoint
+                overrides = [f"models.planner={starts[seed]['planner']}", f"models.sub={starts[seed]['sub']}"]
+            overrides.append(f"tasks.hard_filter={starts[seed]['filter']}")
+        trainer = str(load_yaml(config).get("trainer", arm))
+        fail = train_run(args, out, arm, seed, trainer, config, run_dir, overrides, out / "logs" / f"{arm}-seed{seed}.log")
+        if fail:
+            failed.append(fail)
+            tqdm.write(f"run failed: {fail}")
 
-    print("[3/3] report ...", flush=True)
+    print(f"[{4 if args.two_stage else 3}/{4 if args.two_stage else 3}] report ...", flush=True)
     # A child in the repository like the runs, so the report names the runs folder as the runs do.
     rc = subprocess.run([sys.executable, "-m", "harness.report", "--runs", _arg(runs_dir), "--out", _arg(report),
                          "--title", report_title(args)], cwd=ROOT).returncode

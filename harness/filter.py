@@ -37,11 +37,9 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from baselines import get_trainer
-from benchmarks.base import Task
-from benchmarks.registry import get_benchmark
 from harness.config import ConfigError
 from harness.records import write_json_atomic
-from harness.role.common import build_toolbox, gold_answer, load_model_for
+from harness.role.common import build_toolbox, load_model_for, local_benchmarks, score_task
 from harness.role.tasks import (
     FILTER_FILE,
     FILTER_FORMAT,
@@ -54,7 +52,7 @@ from harness.role.tasks import (
 from harness.rollout import AgentRuntime, InProcessSubAgent, Query, SubAgentEngine, run_group
 from harness.train_config import TrainConfig, load_train_config
 from harness.world.expert import ExpertConfig, run_expert_episode
-from harness.world.schemas import benchmark_of, task_prompt
+from harness.world.schemas import task_prompt
 from harness.world.server import WorldServer
 from harness.world.tasks import rebase
 
@@ -113,8 +111,7 @@ def run_filter(cfg: TrainConfig, out: Path, *, k: int, temperature: float | None
     temp = cfg.rollout.temperature if temperature is None else temperature
     rollout = replace(cfg.rollout, k=k, temperature=temp)
     rollout.validate()
-    benches = {name: get_benchmark(name, world_seed=cfg.world.seed, world_size=cfg.world.size)
-               for name in {f"local_{benchmark_of(t)}" for t in candidates}}
+    benches = local_benchmarks(cfg, candidates)
     out.mkdir(parents=True, exist_ok=True)
     (out / FILTER_META).unlink(missing_ok=True)  # written last: until then the folder is no filter
     rows = []
@@ -125,14 +122,12 @@ def run_filter(cfg: TrainConfig, out: Path, *, k: int, temperature: float | None
         try:
             for task in tqdm(candidates, desc="hard filter", unit="task"):
                 question = task_prompt(rebase(task, cfg.world.address or server.base_url))
-                bench = benches[f"local_{benchmark_of(task)}"]
-                gold = gold_answer(task)
                 preds = system.attempts(task, question)
                 # one answer matcher: the benchmark's registered score, as evaluation scores (an episode
                 # without an answer is an attempt that failed, never dropped)
-                solved = sum(bool(bench.score(Task(task_id=task_key(task), question="", gold=gold), p).correct)
-                             for p in preds)
-                rows.append({"task_id": task_key(task), "benchmark": bench.name, "k": len(preds), "solved": solved,
+                verdicts = [score_task(benches, task, p) for p in preds]
+                solved = sum(bool(v.correct) for _, v in verdicts)
+                rows.append({"task_id": task_key(task), "benchmark": verdicts[0][0].name, "k": len(preds), "solved": solved,
                              "success_rate": solved / max(1, len(preds)), "predictions": preds})
         finally:
             system.close()

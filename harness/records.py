@@ -42,6 +42,9 @@ Decisions where the paper is silent (documented again in docs/report.md):
   ``None`` default is added without one: old records read with the default, and older code keeps the
   new key in ``extra`` instead of refusing every new record (a bump would make it refuse them, and
   the version is shared with step, provenance and status documents).
+- **Inference runs** (issue 17): ``TaskRecord.inference_run``, ``temperature`` and ``sample_seed`` are
+  such optional fields too: an evaluation of ``eval.runs`` independent sampled runs writes one record per
+  task and run; old records (None) are one run.
 - **Task transcripts** (issue 15): ``TaskRecord.transcript`` is such an optional field (schema 1):
   the evaluated episode's turns in the format of :mod:`harness.transcript` (observations cut to a
   stated size), or None. :func:`to_dict` writes it as the record's last member and leaves it out
@@ -182,6 +185,12 @@ class TaskRecord:
     n_sub_calls: int | None = None
     n_tokens: int | None = None
     latency_s: float | None = None
+    inference_run: int | None = None
+    """Which of the evaluation's independent inference runs (0..eval.runs-1) this record is; None: the only run."""
+    temperature: float | None = None
+    """Sampling temperature of the evaluated episode (0: greedy); None when not recorded."""
+    sample_seed: int | None = None
+    """Seed of the inference run's sampling; None when not recorded."""
     transcript: dict[str, Any] | None = None
     """The evaluated episode's turns (:mod:`harness.transcript` format), or None when not recorded.
 

@@ -295,10 +295,21 @@ class EvalConfig:
     every: int = help_field(0, "evaluate every N planner steps and at the end (0 = never)")
     n_tasks: int = help_field(5, "test tasks per benchmark style")
     max_new_tokens: int | None = help_field(None, "new tokens per turn (null = rollout.max_new_tokens)")
+    runs: int = help_field(3, "independent inference runs per evaluation, each task answered once per run; "
+                           "accuracy is their mean and the report shows their spread (the paper averages 3)")
+    temperature: float | None = help_field(None, "sampling temperature of the evaluation runs (null = "
+                                           "rollout.temperature; 0 = greedy, which needs runs: 1)")
 
     def validate(self) -> None:
         if self.every < 0 or self.n_tasks < 1:
             raise ConfigError("eval.every must be >= 0 and eval.n_tasks >= 1")
+        if self.runs < 1:
+            raise ConfigError(f"eval.runs={self.runs} must be >= 1 (independent inference runs per evaluation)")
+        if self.temperature is not None and self.temperature < 0:
+            raise ConfigError(f"eval.temperature={self.temperature} must be >= 0 or null")
+        if self.temperature == 0 and self.runs > 1:
+            raise ConfigError(f"eval.runs={self.runs} with eval.temperature=0 repeats one greedy run; set eval.runs=1 "
+                              "or a temperature above 0")
 
 
 @dataclass
@@ -357,6 +368,11 @@ class TrainConfig:
     def planner_steps(self) -> int:
         return int(self.planner.max_steps or 1)
 
+    @property
+    def eval_temperature(self) -> float:
+        """Sampling temperature of the evaluation runs: ``eval.temperature``, else ``rollout.temperature``."""
+        return self.rollout.temperature if self.eval.temperature is None else self.eval.temperature
+
     def validate(self) -> None:
         if self.trainer is None or self.trainer not in TRAINERS:
             raise ConfigError(f"trainer={self.trainer!r}: set it to one of {sorted(TRAINERS)} (or pass --trainer)")
@@ -402,6 +418,9 @@ class TrainConfig:
                               f"{self.planner_groups}: one step needs that many distinct queries")
         if self.eval.every and self.tasks.n_test < 1:
             raise ConfigError("eval.every > 0 needs test tasks: set tasks.n_test >= 1")
+        if self.eval.runs > 1 and self.eval_temperature == 0:
+            raise ConfigError(f"eval.runs={self.eval.runs} with rollout.temperature=0 (eval.temperature null) repeats "
+                              "one greedy run; set eval.runs=1 or eval.temperature above 0")
 
     def resolved_run_id(self, now: str) -> str:
         return self.run_id or f"{self.trainer}-s{self.seed}-{now}"

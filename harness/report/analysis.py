@@ -65,6 +65,10 @@ class AccuracyCell:
     final_steps: tuple[int, int]
     n_failed: int
     """Failed runs of this arm with eval records of this benchmark, left out of the statistics."""
+    n_inference_runs: tuple[int, int] = (1, 1)
+    """Min and max number of independent inference runs in the final eval over the runs (``eval.runs``)."""
+    run_spread: float = math.nan
+    """Sample std of the accuracy across inference runs, averaged over seeds (NaN with one inference run)."""
     draws: np.ndarray = field(repr=False, default_factory=lambda: np.empty(0))
 
 
@@ -231,8 +235,9 @@ def run_accuracy(ds: Dataset) -> pd.DataFrame:
     ev = ds.evals
     if not len(ev):
         return pd.DataFrame(columns=["run_id", "arm", "seed", "step", "benchmark", "acc", "n_tasks"])
-    g = ev.groupby(["run_id", "step", "benchmark"], sort=True)["correct"].agg(["mean", "size"])
-    out = g.reset_index().rename(columns={"mean": "acc", "size": "n_tasks"})
+    # the mean over every task and inference run of the evaluation
+    g = ev.groupby(["run_id", "step", "benchmark"], sort=True).agg(acc=("correct", "mean"), n_tasks=("task_id", "nunique"))
+    out = g.reset_index()
     arm_of = {r.run_id: r.arm for r in ds.runs}
     seed_of = {r.run_id: r.seed for r in ds.runs}
     out["arm"] = out["run_id"].map(arm_of)
@@ -262,18 +267,23 @@ def accuracy_table(ds: Dataset, *, seed: int = 0, n_boot: int = 2000) -> list[Ac
                 cells.append(AccuracyCell(bench, arm, math.nan, math.nan, math.nan, math.nan, 0,
                                           [], [], [], (0, 0), (0, 0), n_failed))
                 continue
-            per_run = [fa.loc[fa["run_id"] == rid, "correct"].to_numpy(float) for rid in ok]
+            # per run: inference runs x tasks (0/1; a task missing from an inference run counts as incorrect)
+            per_run = [fa[fa["run_id"] == rid].pivot_table(index="inference_run", columns="task_id", values="correct",
+                                                           aggfunc="mean", fill_value=0.0).to_numpy(float) for rid in ok]
             values = [float(a.mean()) for a in per_run]
             mean, std = stats.mean_std(values)
             draws = stats.bootstrap_seed_task(per_run, stats.cell_rng(seed, "acc", bench, arm), n_boot)
             lo, hi = stats.percentile_ci(draws)
             steps = [int(fa.loc[fa["run_id"] == rid, "step"].iloc[0]) for rid in ok]
-            sizes = [a.size for a in per_run]
+            sizes = [a.shape[1] for a in per_run]
+            n_inf = [a.shape[0] for a in per_run]
+            spreads = [float(np.std(a.mean(axis=1), ddof=1)) for a in per_run if a.shape[0] > 1]
             cells.append(AccuracyCell(
                 benchmark=bench, arm=arm, mean=mean, std=std, ci_low=lo, ci_high=hi,
                 n_seeds=len(ok), run_ids=ok, seeds=[runs[r].seed for r in ok], values=values,
                 n_tasks=(min(sizes), max(sizes)), final_steps=(min(steps), max(steps)),
-                n_failed=n_failed, draws=draws))
+                n_failed=n_failed, n_inference_runs=(min(n_inf), max(n_inf)),
+                run_spread=float(np.mean(spreads)) if spreads else math.nan, draws=draws))
     return cells
 
 

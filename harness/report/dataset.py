@@ -153,8 +153,8 @@ def load(runs_dir: str | Path) -> Dataset:
     runs: list[RunInfo] = []
     step_cols: dict[str, list[Any]] = {k: [] for k in ("run_id", "role", "seed", "step", "time",
                                                        *STEP_COLUMNS)}
-    ev_cols: dict[str, list[Any]] = {k: [] for k in ("run_id", "seed", "step", "benchmark",
-                                                     "task_id", "correct", "n_sub_calls", "error")}
+    ev_cols: dict[str, list[Any]] = {k: [] for k in ("run_id", "seed", "step", "benchmark", "task_id",
+                                                     "inference_run", "correct", "n_sub_calls", "error")}
     for rp in paths:
         info = _load_run(rp, step_cols, ev_cols)
         runs.append(info)
@@ -168,7 +168,7 @@ def load(runs_dir: str | Path) -> Dataset:
         # The run's seed (provenance) wins over the per-record field for grouping.
         df["seed"] = df["run_id"].map(seed_of).fillna(df["seed"]) if len(df) else df["seed"]
     if len(evals):
-        evals = evals.drop_duplicates(["run_id", "step", "benchmark", "task_id"], keep="last")
+        evals = evals.drop_duplicates(["run_id", "step", "benchmark", "task_id", "inference_run"], keep="last")
         evals["correct"] = evals["correct"].astype(float)
     if len(steps):
         steps = steps.sort_values(["run_id", "role", "step"], kind="stable").reset_index(drop=True)
@@ -281,6 +281,7 @@ def _load_run(rp: rec.RunPaths, step_cols: dict[str, list[Any]],
             ev_cols["step"].append(r.step)
             ev_cols["benchmark"].append(r.benchmark)
             ev_cols["task_id"].append(r.task_id)
+            ev_cols["inference_run"].append(r.inference_run or 0)  # None: the only run
             ev_cols["correct"].append(bool(r.correct))
             ev_cols["n_sub_calls"].append(r.n_sub_calls)
             ev_cols["error"].append(r.error)

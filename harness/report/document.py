@@ -110,8 +110,8 @@ def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Optio
     doc.add(Para(
         "Verdict rule: d = mean over seeds of the first arm's final accuracy minus the second's "
         "(pooled = mean over the benchmarks both arms were evaluated on); the interval is the "
-        "2.5/97.5 percentile of the difference of independent two-level bootstrap draws (seeds, "
-        "then tasks within a seed). supported: d > 0 and the interval excludes 0; inconclusive: "
+        "2.5/97.5 percentile of the difference of independent hierarchical bootstrap draws (seeds, "
+        "then inference runs and tasks within a seed). supported: d > 0 and the interval excludes 0; inconclusive: "
         "d > 0 but the interval contains 0; not supported: d <= 0; not run: an arm has no "
         "completed records. An ordering of three arms needs both pairs supported. Failed runs "
         "are excluded from final accuracy."))
@@ -133,20 +133,23 @@ def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Optio
     if an.accuracy:
         doc.add(Table(
             ["benchmark", "trainer", "accuracy (mean ± std)", "95% bootstrap CI", "tasks",
-             "seeds", "final step", "failed runs (excluded)", "examples"],
+             "inference runs (spread)", "seeds", "final step", "failed runs (excluded)", "examples"],
             [[c.benchmark, c.arm,
               f"{f3(c.mean)} ± {f3(c.std)}" if c.n_seeds else "n/a",
               f"[{f3(c.ci_low)}, {f3(c.ci_high)}]" if c.n_seeds else "n/a",
               _range(*c.n_tasks) if c.n_seeds else "0",
+              (_range(*c.n_inference_runs) + (f" (± {f3(c.run_spread)})" if c.run_spread == c.run_spread else ""))
+              if c.n_seeds else "0",
               f"{c.n_seeds} ({', '.join(str(s) for s in c.seeds)})" if c.n_seeds else "0",
               _range(*c.final_steps) if c.n_seeds else "n/a", str(c.n_failed),
               Link("failures and successes", examples_href(c.benchmark, c.arm))
               if (c.benchmark, c.arm) in linked else "none"]
              for c in an.accuracy]))
-        doc.add(Para("Accuracy of a run = fraction of tasks correct at its last evaluated step "
-                     "(crashes, timeouts and unscorable answers count as incorrect, docs/evaluation.md); mean and "
-                     "sample std (ddof = 1) over seeds; the CI is a seeded two-level bootstrap "
-                     "(seeds, then tasks). Examples: a page per benchmark (examples-<benchmark>.html "
+        doc.add(Para("Accuracy of a run = fraction of tasks correct at its last evaluated step, averaged over "
+                     "its independent inference runs (eval.runs; crashes, timeouts and unscorable answers count as "
+                     "incorrect, docs/evaluation.md); mean and sample std (ddof = 1) over seeds; the spread is the "
+                     "sample std of the accuracy across a run's inference runs, averaged over seeds; the CI is a "
+                     "seeded hierarchical bootstrap (seeds, then inference runs and tasks). Examples: a page per benchmark (examples-<benchmark>.html "
                      f"next to report.html) with, per run of the row, the first {EXAMPLES_PER_KIND} "
                      "failures and successes at that same last evaluated step, with their transcripts."))
     else:

@@ -106,10 +106,11 @@ def collect(ds: Dataset, n: int = EXAMPLES_PER_KIND) -> list[ExamplesPage]:
 
 
 def _run_examples(run: RunInfo, step: int, paths: list[Path], n: int) -> RunExamples:
-    by_id: dict[str, rec.TaskRecord] = {}  # first-appearance order, last record wins (as the table)
+    # one answer per task and inference run; first-appearance order, last record wins (as the table)
+    by_id: dict[tuple[str, int], rec.TaskRecord] = {}
     for path in paths:
         for r in rec.read_tasks(path, tolerate_truncated_tail=True).records:
-            by_id[r.task_id] = r
+            by_id[(r.task_id, r.inference_run or 0)] = r
     tasks = list(by_id.values())
     failures = [t for t in tasks if not t.correct]
     successes = [t for t in tasks if t.correct]

@@ -11,9 +11,9 @@ The rules (also in docs/report.md):
   21-point accuracy curve towards its first value). ``ALPHA = 1`` is no smoothing.
 - **Across seeds**: mean and *sample* standard deviation (ddof = 1) of the seeds present at a step;
   a step seen by one seed has no band. (the population std of docs/paper.md is for advantages, not for reporting.)
-- **Bootstrap** (two-level, seeded): resample the seeds with replacement and, inside each drawn
-  seed, its tasks with replacement; the statistic is the mean over drawn seeds of per-seed
-  accuracy. The 95% interval is the 2.5/97.5 percentile of the draws. With scalar per-seed values
+- **Bootstrap** (hierarchical, seeded): resample the seeds with replacement and, inside each drawn
+  seed, its inference runs (``eval.runs``, when more than one) and its tasks with replacement; the
+  statistic is the mean over drawn seeds of per-seed accuracy. The 95% interval is the 2.5/97.5 percentile of the draws. With scalar per-seed values
   (training reward) only the seeds are resampled.
 - **Verdict** of "A above B": d = mean(A) - mean(B) of the final per-seed values; the interval is
   the percentile interval of the difference of independent bootstrap draws of A and B.
@@ -102,16 +102,24 @@ def cell_rng(seed: int, *labels: str) -> np.random.Generator:
 
 def bootstrap_seed_task(per_seed: Sequence[np.ndarray], rng: np.random.Generator,
                         n_boot: int = 2000) -> np.ndarray:
-    """Two-level bootstrap draws of the mean over seeds of per-seed means.
+    """Hierarchical bootstrap draws of the mean over seeds of per-seed means.
 
-    ``per_seed[s]`` holds seed s's per-task outcomes (0/1) or, as a length-1 array, a scalar
+    ``per_seed[s]`` holds seed s's per-task outcomes (0/1), or a 2-D array of them, inference runs x
+    tasks (the evaluation's ``eval.runs`` independent runs: inference runs and tasks are resampled
+    too, so the decoding noise between runs widens the interval), or, as a length-1 array, a scalar
     per-seed value (then only seeds are resampled, as every inner draw is that value).
     """
-    arrays = [np.asarray(a, dtype=float) for a in per_seed if len(a)]
+    arrays = [np.asarray(a, dtype=float) for a in per_seed if np.size(a)]
     if not arrays:
         raise ValueError("bootstrap needs at least one seed with data")
     inner = np.empty((len(arrays), n_boot))
     for s, a in enumerate(arrays):
+        if a.ndim == 2 and a.shape[0] > 1:
+            rows = rng.integers(0, a.shape[0], size=(n_boot, a.shape[0]))
+            cols = rng.integers(0, a.shape[1], size=(n_boot, a.shape[1]))
+            inner[s] = a[rows[:, :, None], cols[:, None, :]].mean(axis=(1, 2))
+            continue
+        a = a.reshape(-1)
         if a.size == 1:
             inner[s] = a[0]
         else:

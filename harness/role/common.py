@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.base import Task
+from benchmarks.registry import get_benchmark
 from harness.checkpoint_files import warm_start_model_dir
 from harness.config import ConfigError, apply_overrides, from_dict, load_yaml
 from harness.records import RunPaths, StepRecord, append_step
@@ -28,6 +30,7 @@ from harness.tools.toolbox import AddressedToolbox
 from harness.tools.toolbox import build_toolbox as _build
 from harness.train_config import TrainConfig, report_targets
 from harness.world.generator import generate_world
+from harness.world.schemas import benchmark_of, task_id
 from harness.world.search import SearchIndex
 
 #: Store stat the planner role sets when it has finished (the sub role then drains and stops).
@@ -83,6 +86,20 @@ def build_toolbox(cfg: TrainConfig, world_url: str) -> Any:
 # ------------------------------------------------------------------------------ rollouts
 def gold_answer(task: dict[str, Any]) -> str:
     return str(task["gold"]["answer"])
+
+
+def local_benchmarks(cfg: TrainConfig, tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The registered ``local_<style>`` benchmark of every task style in ``tasks``, by name."""
+    return {name: get_benchmark(name, world_seed=cfg.world.seed, world_size=cfg.world.size)
+            for name in {f"local_{benchmark_of(t)}" for t in tasks}}
+
+
+def score_task(benches: dict[str, Any], task: dict[str, Any], prediction: str | None) -> tuple[Any, Any]:
+    """``(benchmark, verdict)`` of ``prediction`` for a generated task: its ``local_<style>`` benchmark's
+    registered ``score``, the one answer matcher that the evaluation suite, training-time evaluation and
+    the hard filter share (docs/evaluation.md). ``None`` (no answer) is a verdict too: incorrect."""
+    bench = benches[f"local_{benchmark_of(task)}"]
+    return bench, bench.score(Task(task_id=task_id(task), question="", gold=gold_answer(task)), prediction)
 
 
 def mean_of(xs: Sequence[float]) -> float | None:

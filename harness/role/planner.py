@@ -6,7 +6,7 @@ ids, each already repeated K times side by side by TRL), runs :func:`harness.rol
 (delegating over HTTP to the sub role, or with the ``search``/``visit`` toolbox for ``single_agent``), scores
 ``R_M = main_reward(format_ok, correct)`` against the task's gold answer, writes one rollout record per
 (query, rollout) plus one sub-call record per delegation to the shared store, and returns the token
-trajectories with a ``reward`` column. With ``eval.every`` it evaluates greedily (K = 1) on the evaluation
+trajectories with a ``reward`` column. With ``eval.every`` it evaluates (``eval.runs`` inference runs, K = 1) on the evaluation
 tasks (:func:`run_eval`) before training, every N steps and at the end. When it finishes it sets the store
 stat ``planner_done``.
 
@@ -18,8 +18,9 @@ Decisions where the paper is silent:
 - **Store query ids** are ``<task_id>@<step>.<process>.<i>`` (the task id is also in the record's ``extra``):
   a task seen again in a later step is a new group (the store never re-queues a completed group), and a
   resumed step rewrites the same keys (idempotent).
-- Evaluation runs on the test split, greedy, K = 1, through the same sub-agent service, and writes task
-  records to ``<run>/eval/<step>/local_<style>.jsonl``. On resume from step ``c`` the records of later steps
+- Evaluation runs on the test split, ``eval.runs`` independent inference runs (paper: 3) sampled at
+  ``eval.temperature``, K = 1, through the same sub-agent service, and writes one task record per task and run
+  to ``<run>/eval/<step>/local_<style>.jsonl``. On resume from step ``c`` the records of later steps
   are dropped; an evaluation of step ``c`` that a kill cut is redone whole with step ``c``'s weights.
 """
 
@@ -32,8 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from baselines import get_trainer
-from benchmarks.base import Task
-from benchmarks.registry import get_benchmark
 from harness.records import RecordError, RunPaths, TaskRecord, append_task, read_tasks
 from harness.role.checkpoints import checkpoint_step, last_checkpoint, resume_records
 from harness.role.common import (
@@ -45,10 +44,12 @@ from harness.role.common import (
     build_toolbox,
     gold_answer,
     load_model_for,
+    local_benchmarks,
     make_backend,
     make_step_recorder,
     mean_of,
     mgrpo_args,
+    score_task,
 )
 from harness.role.tasks import RunTasks, task_key
 from harness.rollout import AgentRuntime, Query, run_group
@@ -151,34 +152,43 @@ class PlannerRollout:
 # ------------------------------------------------------------------------------ evaluation
 def run_eval(cfg: TrainConfig, run_dir: Path, rollout: PlannerRollout, eval_tasks: list[dict[str, Any]],
              step: int) -> int:
-    """Greedy K=1 episodes of the eval tasks with the current policies -> task records (docs/evaluation.md, docs/report.md)."""
+    """``eval.runs`` independent inference runs (K = 1, sampled at ``eval.temperature``, run ``r`` seeded
+    ``eval_seed(cfg, step, r)``) of the eval tasks with the current policies -> one task record per task and
+    run (docs/evaluation.md, docs/report.md); returns the number of records."""
     if not eval_tasks:
         return 0
     # One answer matcher per benchmark name: the records are named local_<style>, so they are scored by that
     # benchmark's registered score (GAIA's scorer for local_gaia), as the evaluation suite scores them.
-    benches = {name: get_benchmark(name, world_seed=cfg.world.seed, world_size=cfg.world.size)
-               for name in {f"local_{benchmark_of(t)}" for t in eval_tasks}}
-    ecfg = replace(cfg.rollout, k=1, temperature=0.0,
+    benches = local_benchmarks(cfg, eval_tasks)
+    temperature = cfg.eval_temperature
+    ecfg = replace(cfg.rollout, k=1, temperature=temperature,
                    max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens)
-    queries = [Query(f"{EVAL_PREFIX}{step}/{task_key(t)}", rollout.question(t)) for t in eval_tasks]
-    t0 = time.perf_counter()
-    res = rollout.run(queries, ecfg, seed=cfg.seed, step=step)
-    latency = (time.perf_counter() - t0) / max(1, len(eval_tasks))
-    for task, ep in zip(eval_tasks, res.episodes):
-        gold = gold_answer(task)
-        pred = ep.answer
-        bench = benches[f"local_{benchmark_of(task)}"]
-        verdict = bench.score(Task(task_id=task_key(task), question="", gold=gold), pred)
-        traj = ep.trajectory
-        append_task(run_dir, TaskRecord(
-            run_id=run_dir.name, trainer=str(cfg.trainer), seed=cfg.seed, step=step,
-            benchmark=bench.name, benchmark_version=bench.version,
-            task_id=task_key(task), correct=bool(verdict.correct), prediction=pred, gold=gold, judge=verdict.judge,
-            verdict=verdict.verdict,
-            error=None if pred is not None else f"no answer ({traj.end_reason})", n_turns=traj.n_turns,
-            n_sub_calls=len(ep.sub_results), n_tokens=traj.n_model_tokens, latency_s=round(latency, 4),
-            transcript=episode_transcript(ep)))
-    return len(eval_tasks)
+    for run in range(cfg.eval.runs):
+        seed = eval_seed(cfg, step, run)
+        queries = [Query(f"{EVAL_PREFIX}{step}/{run}/{task_key(t)}", rollout.question(t)) for t in eval_tasks]
+        t0 = time.perf_counter()
+        res = rollout.run(queries, ecfg, seed=seed, step=step)
+        latency = (time.perf_counter() - t0) / max(1, len(eval_tasks))
+        for task, ep in zip(eval_tasks, res.episodes):
+            gold = gold_answer(task)
+            pred = ep.answer
+            bench, verdict = score_task(benches, task, pred)
+            traj = ep.trajectory
+            append_task(run_dir, TaskRecord(
+                run_id=run_dir.name, trainer=str(cfg.trainer), seed=cfg.seed, step=step,
+                benchmark=bench.name, benchmark_version=bench.version,
+                task_id=task_key(task), correct=bool(verdict.correct), prediction=pred, gold=gold, judge=verdict.judge,
+                verdict=verdict.verdict,
+                error=None if pred is not None else f"no answer ({traj.end_reason})", n_turns=traj.n_turns,
+                n_sub_calls=len(ep.sub_results), n_tokens=traj.n_model_tokens, latency_s=round(latency, 4),
+                inference_run=run, temperature=temperature, sample_seed=seed, transcript=episode_transcript(ep)))
+    return len(eval_tasks) * cfg.eval.runs
+
+
+def eval_seed(cfg: TrainConfig, step: int, run: int) -> int:
+    """Sampling seed of inference run ``run`` of the evaluation at ``step``: distinct per run and step, fixed
+    by the run's seed (so a resumed run repeats it exactly)."""
+    return (cfg.seed * 1_000_003 + step) * 101 + run
 
 
 def is_eval_step(cfg: TrainConfig, step: int) -> bool:
@@ -191,8 +201,9 @@ def _local_eval_files(run_dir: Path) -> list[tuple[int, Path]]:
     return [(step, path) for step, bench, path in RunPaths(run_dir).eval_files() if bench.startswith("local_")]
 
 
-def eval_complete(run_dir: Path, step: int, eval_tasks: list[dict[str, Any]]) -> bool:
-    """Whether the evaluation of ``step`` holds exactly one record per evaluation task (none cut, none twice)."""
+def eval_complete(run_dir: Path, step: int, eval_tasks: list[dict[str, Any]], runs: int = 1) -> bool:
+    """Whether the evaluation of ``step`` holds exactly one record per evaluation task and inference run (none
+    cut, none twice)."""
     got = []
     for s, path in _local_eval_files(run_dir):
         if s != step:
@@ -203,8 +214,9 @@ def eval_complete(run_dir: Path, step: int, eval_tasks: list[dict[str, Any]]) ->
             return False
         if res.truncated_tail:
             return False
-        got += [(r.benchmark, r.task_id) for r in res.records]
-    return sorted(got) == sorted((f"local_{benchmark_of(t)}", task_key(t)) for t in eval_tasks)
+        got += [(r.benchmark, r.task_id, r.inference_run or 0) for r in res.records]
+    return sorted(got) == sorted((f"local_{benchmark_of(t)}", task_key(t), run)
+                                 for t in eval_tasks for run in range(runs))
 
 
 def drop_evals(run_dir: Path, which: Any) -> list[int]:
@@ -279,7 +291,7 @@ def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any
         dropped = drop_evals(run_dir, lambda s: s > done)
         if dropped:
             print(f"[planner] resume from step {done}: dropped the evaluation records of steps {dropped}", flush=True)
-    if main and is_eval_step(cfg, done) and not eval_complete(run_dir, done, eval_tasks):
+    if main and is_eval_step(cfg, done) and not eval_complete(run_dir, done, eval_tasks, cfg.eval.runs):
         drop_evals(run_dir, lambda s: s == done)  # a cut evaluation is redone whole, never appended to
         rollout.runtime.policy_version = done
         n = run_eval(cfg, run_dir, rollout, eval_tasks, done)

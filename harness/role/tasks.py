@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import ConfigError, to_dict
-from harness.records import RunPaths, read_tasks, write_json_atomic
+from harness.records import write_json_atomic
 from harness.role.common import load_role_config
 from harness.train_config import TrainConfig
 from harness.world.generator import generate_world

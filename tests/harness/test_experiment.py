@@ -96,3 +96,74 @@ def test_runs_start_from_the_shipped_checkpoint_unless_rebuilt(tmp_path, monkeyp
     assert experiment.main(["--preset", "tiny", "--seeds", "1", "--quick", "--arms", "mgrpo",
                             "--out", str(tmp_path / "exp3"), "--report", str(tmp_path / "rep3")]) == 2
     assert "config.json: SHA-256 does not match" in capsys.readouterr().err and not calls
+
+
+def test_two_stage_runs_stage1_then_one_filter_per_seed_and_starts_every_stage2_arm_from_it(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """Issue 17 (paper §5): stage 1 co-trains both agents (mgrpo, the preset's stage1.yaml), the hard filter
+    scores that system, and every stage-2 arm of the seed starts from the stage-1 checkpoint (single_agent from
+    the warm start) and reads the same filter. The commands are checked here; the real pipeline runs in
+    tests/harness/test_filter.py and the README test."""
+    import json
+    import subprocess
+
+    from harness import experiment
+
+    monkeypatch.setattr(experiment, "CHECKPOINTS", tmp_path / "no-shipped-checkpoints")
+    calls: list[list[str]] = []
+
+    def fake_run(argv, log):
+        calls.append(argv)
+        out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else None
+        if "warmstart" in argv:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "warmstart.json").write_text(json.dumps({"check": {}}))
+        elif "filter" in argv:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "filter.json").write_text("{}")
+        elif "train" in argv:
+            run = Path(argv[argv.index("--run-dir") + 1])
+            for role in ("planner", "sub"):
+                for step in (1, 2):
+                    ck = run / role / "checkpoints" / f"checkpoint-{step}"
+                    ck.mkdir(parents=True)
+                    (ck / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+            (run / "status.json").write_text(json.dumps({"state": "completed"}))
+        return 0
+
+    monkeypatch.setattr(experiment, "_run", fake_run)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "exp"
+    assert experiment.main(["--preset", "tiny", "--seeds", "2", "--quick", "--two-stage",
+                            "--arms", "single_agent,frozen_sub,mgrpo", "--out", str(out),
+                            "--report", str(tmp_path / "rep")]) == 0
+    kinds = [c[c.index("harness") + 1] for c in calls]
+    assert kinds == ["warmstart", "train", "filter", "train", "filter"] + ["train"] * 6
+    for seed in (0, 1):
+        s1 = next(c for c in calls if "train" in c and f"mgrpo-seed{seed}" in c[c.index("--run-dir") + 1]
+                  and "stage1" in c[c.index("--run-dir") + 1])
+        assert s1[s1.index("--config") + 1].endswith("tiny/stage1.yaml") and "--trainer" in s1
+        ckpt = {role: f"{out / 'stage1' / f'mgrpo-seed{seed}' / role / 'checkpoints' / 'checkpoint-2'}"
+                for role in ("planner", "sub")}
+        flt = next(c for c in calls if "filter" in c and c[c.index("--out") + 1].endswith(f"seed{seed}"))
+        assert f"models.planner={ckpt['planner']}" in flt and f"models.sub={ckpt['sub']}" in flt
+        assert flt[flt.index("--k") + 1] == "2"  # quick
+        for arm in ("single_agent", "frozen_sub", "mgrpo"):
+            run = next(c for c in calls if c[c.index("harness") + 1] == "train"
+                       and c[c.index("--run-dir") + 1].endswith(f"runs/{arm}-seed{seed}"))
+            assert f"tasks.hard_filter={out / 'filter' / f'seed{seed}'}" in run  # one filter for all arms
+            if arm == "single_agent":  # no sub-agent: its own warm start
+                assert f"models.planner={out / 'warmstart' / 'single_agent'}" in run
+            else:  # frozen_sub too starts from the co-trained stage-1 checkpoint
+                assert f"models.planner={ckpt['planner']}" in run and f"models.sub={ckpt['sub']}" in run
+    assert "stage 1 (mgrpo, both agents) and the hard filter" in capsys.readouterr().out
+
+
+def test_two_stage_needs_a_stage1_config(tmp_path, monkeypatch, capsys):
+    from harness import experiment
+
+    (tmp_path / "configs" / "bare").mkdir(parents=True)
+    monkeypatch.setattr(experiment, "CONFIGS", tmp_path / "configs")
+    assert experiment.main(["--preset", "bare", "--two-stage"]) == 2
+    assert "--two-stage needs the preset's stage-1 config" in capsys.readouterr().err

@@ -43,7 +43,7 @@ def test_schema_fields_match_design_section_8():
     assert set(design_task) <= task_fields
     # only documented additions
     assert step_fields - set(design_step) == {"sub_calls_hist", "extra"}
-    assert task_fields - set(design_task) == {"extra", "transcript"}
+    assert task_fields - set(design_task) == {"extra", "transcript", "inference_run", "temperature", "sample_seed"}
 
 
 def test_step_round_trip_through_file(tmp_path: Path):

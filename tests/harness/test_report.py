@@ -57,7 +57,7 @@ def test_accuracy_table_equals_hand_computation(messy):
     # the markdown shows the same numbers
     md = res.markdown.read_text()
     c = cells[("local_gaia", "frozen_sub")]
-    assert f"| local_gaia | frozen_sub | {c.mean:.3f} ± {c.std:.3f} | [{c.ci_low:.3f}, {c.ci_high:.3f}] | 30 | 3 (0, 1, 2) | 60 | 0 |" in md
+    assert f"| local_gaia | frozen_sub | {c.mean:.3f} ± {c.std:.3f} | [{c.ci_low:.3f}, {c.ci_high:.3f}] | 30 | 1 | 3 (0, 1, 2) | 60 | 0 |" in md
     assert "| local_gaia | single_agent |" in md and "| 2 (0, 1) |" in md  # the missing seed
 
 
@@ -525,3 +525,52 @@ def test_auto_smoothing_scales_to_the_run_length_and_follows_a_short_runs_data(t
     assert js["options"]["smooth_auto"] is True and js["options"]["smooth"] == pytest.approx(stats.auto_alpha(6))
     md = (tmp_path / "o" / "report.md").read_text()
     assert "scaled to the run length" in md and "--smooth auto" in md
+
+
+def test_bootstrap_resamples_inference_runs_and_tasks_and_their_noise_widens_the_interval():
+    # one seed, 3 inference runs x 4 tasks: hand computation of the same draws
+    a = np.array([[1, 0, 1, 1], [0, 0, 1, 1], [1, 0, 0, 1]], dtype=float)
+    d = stats.bootstrap_seed_task([a], stats.cell_rng(0, "x"), 400)
+    rng = stats.cell_rng(0, "x")
+    rows = rng.integers(0, 3, size=(400, 3))
+    cols = rng.integers(0, 4, size=(400, 4))
+    assert np.allclose(d, np.array([a[np.ix_(r, c)].mean() for r, c in zip(rows, cols)]))
+    # one inference run reads as the 1-D per-task outcomes
+    one = stats.bootstrap_seed_task([a[:1]], stats.cell_rng(0, "y"), 300)
+    assert np.array_equal(one, stats.bootstrap_seed_task([a[0]], stats.cell_rng(0, "y"), 300))
+    # the same mean (0.5 of 40 tasks), once with runs that agree and once with a run effect (runs solving
+    # 80% and 20%): the decoding noise between runs must widen the interval
+    agree = np.zeros((4, 40))
+    agree[:, :20] = 1
+    run_effect = np.zeros((4, 40))
+    run_effect[0::2, :32] = 1
+    run_effect[1::2, :8] = 1
+    assert agree.mean() == run_effect.mean() == 0.5
+    width = [np.subtract(*stats.percentile_ci(stats.bootstrap_seed_task([x], stats.cell_rng(0), 2000))[::-1])
+             for x in (agree, run_effect)]
+    assert width[1] > 1.5 * width[0] > 0
+
+
+def test_accuracy_table_averages_inference_runs_and_reports_their_spread(tmp_path: Path):
+    from harness.records import TaskRecord, append_task
+
+    # two seeds, 3 inference runs of 4 tasks each: hand-set outcomes
+    outcomes = {0: [[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]], 1: [[0, 0, 0, 0], [1, 0, 0, 0], [0, 0, 0, 1]]}
+    for seed, runs in outcomes.items():
+        run_dir = tmp_path / "runs" / f"mgrpo-s{seed}"
+        for r, row in enumerate(runs):
+            for t, ok in enumerate(row):
+                append_task(run_dir, TaskRecord(run_id=f"mgrpo-s{seed}", trainer="mgrpo", seed=seed, step=4,
+                                                benchmark="local_gaia", task_id=f"t{t}", correct=bool(ok),
+                                                inference_run=r, temperature=1.0, sample_seed=100 + r))
+    ds = dataset.load(tmp_path / "runs")
+    (cell,) = analysis.accuracy_table(ds, n_boot=200)
+    per_seed = [np.mean(outcomes[0]), np.mean(outcomes[1])]  # 6/12 and 2/12
+    assert cell.values == pytest.approx(per_seed) and cell.mean == pytest.approx(np.mean(per_seed))
+    assert cell.n_tasks == (4, 4) and cell.n_inference_runs == (3, 3)
+    spread = np.mean([statistics.stdev([np.mean(r) for r in outcomes[s]]) for s in (0, 1)])
+    assert cell.run_spread == pytest.approx(spread)
+    run_acc = analysis.run_accuracy(ds)
+    assert sorted(run_acc["acc"]) == pytest.approx(sorted(per_seed)) and set(run_acc["n_tasks"]) == {4}
+    md = build_report(Options(runs_dir=tmp_path / "runs", out_dir=tmp_path / "out", n_boot=100)).markdown.read_text()
+    assert f"| 4 | 3 (± {spread:.3f}) | 2 (0, 1) |" in md

@@ -45,7 +45,7 @@ EVAL_STEPS = [0, 2, 4, 6]
 STYLES = ["local_gaia", "local_webwalkerqa", "local_xbench"]
 OVERRIDES = ["rollout.k=2", "planner.groups_per_step=2", "rollout.max_new_tokens=16", "rollout.planner_turns=2",
              "rollout.sub_turns=2", "alignment.d=2", "tasks.n_train=4", "tasks.n_test=2", f"eval.every={EVERY}",
-             "eval.n_tasks=1", f"planner.save_steps={SAVE}", f"sub.save_steps={SAVE}", "store.group_timeout_s=120",
+             "eval.n_tasks=1", "eval.runs=2", f"planner.save_steps={SAVE}", f"sub.save_steps={SAVE}", "store.group_timeout_s=120",
              "threads=1"]
 #: The one delegation the warm-started planner makes (one added token of its tokenizer).
 CALL_JSON = '{"name":"delegate","arguments":{"task":"a"}}'
@@ -119,6 +119,16 @@ def test_eval_records_are_complete_only_with_one_record_per_task(tmp_path):
     with open(tmp_path / "eval" / "0" / "local_gaia.jsonl", "a") as fh:
         fh.write('{"run_id": "r", "ste')
     assert not eval_complete(tmp_path, 0, tasks)  # cut mid-line
+    # with two inference runs a task needs a record of each
+    runs_dir = tmp_path / "runs2"
+    for i in (0, 1):
+        append_task(runs_dir, TaskRecord(run_id="r", trainer="mgrpo", seed=0, step=0, task_id=f"t{i}",
+                                         benchmark=["local_gaia", "local_xbench"][i], correct=False, inference_run=0))
+    assert not eval_complete(runs_dir, 0, tasks, runs=2)
+    for i in (0, 1):
+        append_task(runs_dir, TaskRecord(run_id="r", trainer="mgrpo", seed=0, step=0, task_id=f"t{i}",
+                                         benchmark=["local_gaia", "local_xbench"][i], correct=False, inference_run=1))
+    assert eval_complete(runs_dir, 0, tasks, runs=2)
     for step in (2, 4):
         write(step, 0)
     (tmp_path / "eval" / "4" / "gaia.jsonl").write_text("")  # a benchmark's records: not the role's
@@ -429,7 +439,9 @@ def test_kill_anywhere_then_resume_gives_every_step_eval_and_group_once(tmp_path
         assert sorted(p.stem for p in (run / "eval" / str(step)).glob("*.jsonl")) == STYLES
         for style in STYLES:
             recs = read_tasks(run / "eval" / str(step) / f"{style}.jsonl").records  # strict: no cut line
-            assert len(recs) == 1 and recs[0].step == step, (step, style, recs)
+            # one record per inference run (eval.runs=2), each sampled with its own recorded seed
+            assert sorted(r.inference_run for r in recs) == [0, 1] and {r.step for r in recs} == {step}, (step, style, recs)
+            assert len({r.sample_seed for r in recs}) == 2 and {r.temperature for r in recs} == {1.0}
 
     store = open_store(f"sqlite:///{run / 'store.db'}", run_id=run.name)
     try:

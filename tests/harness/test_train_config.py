@@ -306,3 +306,21 @@ def test_loading_a_preset_imports_neither_torch_nor_trl():
             "print(sorted(m for m in ('torch', 'trl', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["eval.runs=0"], r"eval.runs=0 must be >= 1"),
+    (["eval.temperature=-0.5"], r"eval.temperature=-0.5 must be >= 0"),
+    (["eval.temperature=0"], r"eval.runs=3 with eval.temperature=0 repeats one greedy run"),
+    (["rollout.temperature=0"], r"eval.runs=3 with rollout.temperature=0 \(eval.temperature null\)"),
+])
+def test_bad_evaluation_runs_are_clear_errors(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_train_config(str(ROOT / "baselines/configs/tiny/mgrpo.yaml"), overrides)
+
+
+def test_evaluation_defaults_to_three_sampled_runs_at_the_rollout_temperature():
+    cfg = load_train_config(str(ROOT / "baselines/configs/tiny/mgrpo.yaml"))
+    assert cfg.eval.runs == 3 and cfg.eval_temperature == cfg.rollout.temperature == 1.0
+    greedy = load_train_config(str(ROOT / "baselines/configs/tiny/mgrpo.yaml"), ["eval.runs=1", "eval.temperature=0"])
+    assert greedy.eval_temperature == 0.0

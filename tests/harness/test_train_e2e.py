@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["rollout.k=2", "planner.groups_per_step=2", "rollout.max_new_tokens=16", "rollout.planner_turns=2",
          "rollout.sub_turns=2", "alignment.d=2", "tasks.n_train=4", "tasks.n_test=1", "eval.every=2",
-         "eval.n_tasks=1", "planner.save_steps=1", "store.group_timeout_s=120"]
+         "eval.n_tasks=1", "eval.runs=2", "planner.save_steps=1", "store.group_timeout_s=120"]
 
 
 def _train(tmp_path: Path, trainer: str, *extra: str, run_name: str = "run", timeout: float = 600):
@@ -64,13 +64,13 @@ def test_train_runs_roles_end_to_end(tmp_path, trainer):
             assert s.sub_calls_mean is not None and sum(s.sub_calls_hist) == 4
     assert (run / "planner" / "checkpoints" / "checkpoint-2" / "model.safetensors").is_file()
 
-    # Periodic evaluation: before training and at step 2, one task per style.
+    # Periodic evaluation: before training and at step 2, one task per style, two inference runs.
     for step in (0, 2):
         files = sorted(p.name for p in (run / "eval" / str(step)).glob("*.jsonl"))
         assert files == ["local_gaia.jsonl", "local_webwalkerqa.jsonl", "local_xbench.jsonl"]
         for f in files:
             recs = read_tasks(run / "eval" / str(step) / f).records
-            assert len(recs) == 1 and recs[0].step == step and recs[0].trainer == trainer
+            assert [r.inference_run for r in recs] == [0, 1] and {(r.step, r.trainer) for r in recs} == {(step, trainer)}
 
     # The shared store holds the 4 query groups (2 steps x 2 queries), complete, with K=2 each.
     from mgrpo.store import open_store
