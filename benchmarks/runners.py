@@ -60,6 +60,7 @@ from harness.checkpoint_files import CheckpointError, warm_start_model_dir
 from harness.config import from_dict
 from harness.records import PROVENANCE_FILE, RecordError, read_json
 from harness.rollout import AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, run_group
+from harness.tools.reasoner import ReasonerClient
 from harness.tools.toolbox import AddressedToolbox, ToolsConfig, build_toolbox
 from harness.transcript import episode_transcript, messages_transcript
 from harness.world.expert import ExpertConfig, run_expert_episode
@@ -556,6 +557,8 @@ class ModelRunner(Runner):
         tools = config.get("tools") if isinstance(config.get("tools"), dict) else {}
         self.tools_cfg: dict[str, Any] = dict(tools)
         self._toolbox: Any = None
+        # a planner trained with the reasoner tool is evaluated with it (its prompt lists the tool)
+        self.reasoner = ReasonerClient.from_env() if self.multi and tools.get("reasoner") else None
 
     def toolbox(self) -> Any:
         """The run's toolbox over the suite's world server (built once, on first use)."""
@@ -574,7 +577,8 @@ class ModelRunner(Runner):
             if self._engine is None:
                 self._engine = SubAgentEngine(self.sub, self.toolbox(), self.cfg, seed=self.ctx.target.seed)
             result = run_group([Query(task.task_id, question)], self.planner, self.cfg,
-                               sub_agent=InProcessSubAgent(self._engine), seed=self.ctx.target.seed)
+                               sub_agent=InProcessSubAgent(self._engine), reasoner=self.reasoner,
+                               seed=self.ctx.target.seed)
         else:
             result = run_group([Query(task.task_id, question)], self.planner, self.cfg,
                                toolbox=self.toolbox(), seed=self.ctx.target.seed)

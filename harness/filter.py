@@ -50,6 +50,7 @@ from harness.role.tasks import (
     world_fingerprint,
 )
 from harness.rollout import AgentRuntime, InProcessSubAgent, Query, SubAgentEngine, run_group
+from harness.tools.reasoner import ReasonerClient
 from harness.train_config import TrainConfig, load_train_config
 from harness.world.expert import ExpertConfig, run_expert_episode
 from harness.world.schemas import task_prompt
@@ -68,6 +69,7 @@ class ModelSystem:
         self.planner = AgentRuntime(HFBackend(planner, tok), tok)
         self.engine = None
         self.sub_agent = None
+        self.reasoner = ReasonerClient.from_env() if cfg.tools.reasoner else None  # as the planner trains with it
         if get_trainer(cfg.trainer).delegates:
             sub, sub_tok = load_model_for(cfg.models.sub, "sub_agent", cfg)
             self.engine = SubAgentEngine(AgentRuntime(HFBackend(sub, sub_tok), sub_tok), toolbox, rollout, seed=cfg.seed)
@@ -76,7 +78,8 @@ class ModelSystem:
                          "sub": cfg.models.sub if self.engine else None}
 
     def attempts(self, task: dict[str, Any], question: str) -> list[str | None]:
-        kw = {"sub_agent": self.sub_agent} if self.sub_agent is not None else {"toolbox": self.toolbox}
+        kw = ({"sub_agent": self.sub_agent, "reasoner": self.reasoner} if self.sub_agent is not None
+              else {"toolbox": self.toolbox})
         res = run_group([Query(task_key(task), question)], self.planner, self.rollout, seed=self.cfg.seed, **kw)
         return [ep.answer for ep in res.episodes]
 

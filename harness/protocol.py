@@ -73,7 +73,23 @@ DELEGATE_TOOL = {
     },
 }
 
+REASONER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "reasoner",
+        "description": "Ask a reasoning model (no web access) to think a question through: calculations, "
+                       "logic, comparisons. Returns its answer.",
+        "parameters": {
+            "type": "object",
+            "properties": {"question": {"type": "string", "description": "the question, with the facts it needs"}},
+            "required": ["question"],
+        },
+    },
+}
+
 PLANNER_TOOLS = (DELEGATE_TOOL,)
+#: The planner's tools with the optional reasoner (paper §3: an external LLM the planner consults, not trained).
+PLANNER_REASONER_TOOLS = (DELEGATE_TOOL, REASONER_TOOL)
 SUB_AGENT_TOOLS = (SEARCH_TOOL, VISIT_TOOL)
 SINGLE_AGENT_TOOLS = (SEARCH_TOOL, VISIT_TOOL)
 
@@ -82,6 +98,7 @@ TOOL_ARGUMENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "search": (("query",), ()),
     "visit": (("url",), ("goal",)),
     "delegate": (("task",), ("context",)),
+    "reasoner": (("question",), ()),
 }
 
 

@@ -374,18 +374,23 @@ def run_group(
     *,
     sub_agent: SubAgentClient | None = None,
     toolbox: Toolbox | None = None,
+    reasoner: Any = None,
     seed: int = 0,
     step: int = 0,
 ) -> GroupResult:
     """Run K rollouts of every query, batched per model at every turn.
 
-    With ``sub_agent`` the episodes are planner episodes (tool ``delegate``); without it, they are
-    single-agent episodes that call ``search``/``visit`` through ``toolbox`` themselves.
+    With ``sub_agent`` the episodes are planner episodes (tool ``delegate``; with ``reasoner``, an object
+    with ``ask(question) -> observation`` such as :class:`harness.tools.reasoner.ReasonerClient`, also the
+    untrained ``reasoner`` tool, prompt ``planner_reasoner``); without it, they are single-agent episodes
+    that call ``search``/``visit`` through ``toolbox`` themselves.
     """
     multi = sub_agent is not None
     if not multi and toolbox is None:
         raise ValueError("run_group needs a sub_agent (planner episodes) or a toolbox (single-agent episodes)")
-    agent = "planner" if multi else "single_agent"
+    if reasoner is not None and not multi:
+        raise ValueError("the reasoner tool is the planner's: run_group needs a sub_agent with it")
+    agent = ("planner_reasoner" if reasoner is not None else "planner") if multi else "single_agent"
     stats: dict[str, float] = {}
     t_start = time.perf_counter()
     active = [
@@ -400,6 +405,8 @@ def run_group(
         while not all(ep.done for ep in active):
             generate_turns(active, cfg, _step_seed(seed, "planner", step, turn), stats)
             if multi:
+                if reasoner is not None:
+                    _reason(active, reasoner, stats)
                 _delegate(active, sub_agent, cfg, subs, stats)
             else:
                 run_tools(active, toolbox, pool, stats)  # type: ignore[arg-type]
@@ -411,6 +418,22 @@ def run_group(
     sub_trajs = [r.trajectory for e in episodes for r in e.sub_results if r.trajectory is not None]
     stats["rollout_s"] = time.perf_counter() - t_start
     return GroupResult(episodes, sub_trajs, stats)
+
+
+def _reason(active: Sequence[_Active], reasoner: Any, stats: dict[str, float]) -> None:
+    """Answer every pending ``reasoner`` call of this turn (requests in parallel; a failed request is an
+    ``Error:`` observation, which the client returns instead of raising)."""
+    todo = [ep for ep in active if ep.pending is not None and ep.pending.name == "reasoner"]
+    if not todo:
+        return
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=min(8, len(todo)), thread_name_prefix="reasoner") as pool:
+        answers = list(pool.map(lambda ep: reasoner.ask(str(ep.pending.arguments.get("question", ""))), todo))
+    for ep, answer in zip(todo, answers, strict=True):
+        ep.pending = None
+        ep.observe(answer)
+    stats["reasoner_s"] = stats.get("reasoner_s", 0.0) + time.perf_counter() - t0
+    stats["reasoner_calls"] = stats.get("reasoner_calls", 0.0) + len(todo)
 
 
 def _delegate(active: Sequence[_Active], client: SubAgentClient, cfg: RolloutConfig,

@@ -418,6 +418,9 @@ class TrainConfig:
                               f"{self.planner_groups}: one step needs that many distinct queries")
         if self.eval.every and self.tasks.n_test < 1:
             raise ConfigError("eval.every > 0 needs test tasks: set tasks.n_test >= 1")
+        if self.tools.reasoner and not spec.delegates:
+            raise ConfigError(f"tools.reasoner is the planner's tool; trainer {self.trainer} has no planner that "
+                              "delegates (use mgrpo or frozen_sub, or set tools.reasoner: false)")
         if self.eval.runs > 1 and self.eval_temperature == 0:
             raise ConfigError(f"eval.runs={self.eval.runs} with rollout.temperature=0 (eval.temperature null) repeats "
                               "one greedy run; set eval.runs=1 or eval.temperature above 0")

@@ -1,7 +1,8 @@
 """System prompts, chat rendering and the token ids of an episode's pieces (docs/architecture.md §The agent system).
 
 Three agents (docs/architecture.md §The agent system): the *planner* (tool ``delegate``), the *sub-agent* (``search``, ``visit``)
-and the *single agent* (the planner's job with ``search``/``visit`` instead of ``delegate``). Each
+and the *single agent* (the planner's job with ``search``/``visit`` instead of ``delegate``); with
+``tools.reasoner`` the planner's prompt is ``planner_reasoner`` (``delegate`` and the untrained ``reasoner``). Each
 has a system prompt here and its tool schemas from :mod:`harness.protocol`, which are
 passed to the tokenizer's chat template as ``tools=`` so that they appear in the system turn the
 way the model's own template lists tools (Qwen-style templates: a ``<tools>`` block).
@@ -33,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from harness.protocol import PLANNER_TOOLS, SINGLE_AGENT_TOOLS, SUB_AGENT_TOOLS
+from harness.protocol import PLANNER_REASONER_TOOLS, PLANNER_TOOLS, SINGLE_AGENT_TOOLS, SUB_AGENT_TOOLS
 
 __all__ = [
     "AgentRole",
@@ -56,6 +57,10 @@ PLANNER_SYSTEM_PROMPT = (
     "and put the facts it needs in the context. Use its results to plan the next step. "
     "Each turn, either call one tool or give the final answer as <answer>...</answer>. "
     "The final answer is short: only the name, number or date asked for."
+)
+PLANNER_REASONER_SYSTEM_PROMPT = PLANNER_SYSTEM_PROMPT + (
+    " For reasoning that needs no web search (calculations, logic, comparing facts you have) you may ask the "
+    "reasoner tool."
 )
 SUB_AGENT_SYSTEM_PROMPT = (
     "You are a research assistant with a web search engine and a browser. Solve the task you are "
@@ -90,6 +95,8 @@ class AgentPrompt:
 
 AGENT_PROMPTS: dict[str, AgentPrompt] = {
     "planner": AgentPrompt("planner", PLANNER_SYSTEM_PROMPT, tuple(PLANNER_TOOLS)),
+    # the planner with the optional reasoner tool (tools.reasoner); its trajectories are the planner's
+    "planner_reasoner": AgentPrompt("planner", PLANNER_REASONER_SYSTEM_PROMPT, tuple(PLANNER_REASONER_TOOLS)),
     "sub_agent": AgentPrompt("sub_agent", SUB_AGENT_SYSTEM_PROMPT, tuple(SUB_AGENT_TOOLS)),
     "single_agent": AgentPrompt("single_agent", SINGLE_AGENT_SYSTEM_PROMPT, tuple(SINGLE_AGENT_TOOLS)),
 }

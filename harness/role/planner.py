@@ -54,6 +54,7 @@ from harness.role.common import (
 from harness.role.tasks import RunTasks, task_key
 from harness.rollout import AgentRuntime, Query, run_group
 from harness.subagent_service import HTTPSubAgentClient
+from harness.tools.reasoner import ReasonerClient
 from harness.train_config import TrainConfig, resolve_advantage_fn
 from harness.transcript import episode_transcript
 from harness.world.expert import answers_match
@@ -68,9 +69,10 @@ class PlannerRollout:
     """``rollout_func`` of the planner role (see the module docstring)."""
 
     def __init__(self, cfg: TrainConfig, tasks: dict[str, dict[str, Any]], store: Any, world_url: str,
-                 sub_client: Any, toolbox: Any, tokenizer: Any, stats: StepStats) -> None:
+                 sub_client: Any, toolbox: Any, tokenizer: Any, stats: StepStats, reasoner: Any = None) -> None:
         self.cfg, self.tasks, self.store, self.world_url = cfg, tasks, store, world_url
         self.sub_client, self.toolbox, self.tokenizer, self.stats = sub_client, toolbox, tokenizer, stats
+        self.reasoner = reasoner  # tools.reasoner: the untrained reasoner tool (harness.tools.reasoner)
         self.runtime: Any = None
 
     def ensure_runtime(self, trainer: Any) -> Any:
@@ -82,7 +84,8 @@ class PlannerRollout:
 
     def run(self, queries: list[Any], cfg: Any, seed: int, step: int) -> Any:
         if self.sub_client is not None:
-            return run_group(queries, self.runtime, cfg, sub_agent=self.sub_client, seed=seed, step=step)
+            return run_group(queries, self.runtime, cfg, sub_agent=self.sub_client, reasoner=self.reasoner,
+                             seed=seed, step=step)
         return run_group(queries, self.runtime, cfg, toolbox=self.toolbox, seed=seed, step=step)
 
     def question(self, task: dict[str, Any]) -> str:
@@ -253,6 +256,8 @@ def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any
     from mgrpo.trainer import MGRPOTrainer  # lazy: torch/TRL; after the role's config and tasks
 
     spec = get_trainer(str(cfg.trainer))
+    # the reasoner's endpoint comes from the environment: a missing variable fails here, before any model loads
+    reasoner = ReasonerClient.from_env() if cfg.tools.reasoner else None
     store.put_stat(PLANNER_DONE, None)  # a previous (killed) planner's signal does not count
     tasks, eval_tasks = run_tasks.by_id(), run_tasks.evals
     out_dir = run_dir / "planner" / "checkpoints"
@@ -269,7 +274,7 @@ def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any
     else:
         toolbox = build_toolbox(cfg, world_url)
     stats = StepStats()
-    rollout = PlannerRollout(cfg, tasks, store, world_url, sub_client, toolbox, tok, stats)
+    rollout = PlannerRollout(cfg, tasks, store, world_url, sub_client, toolbox, tok, stats, reasoner)
     args = mgrpo_args(cfg, "planner", out_dir, cfg.k, cfg.planner_groups, cfg.planner_steps)
     dataset = Dataset.from_dict({"prompt": sorted(tasks)})
 

@@ -60,6 +60,9 @@ class ToolsConfig:
     chromium_path: str = help_field(DEFAULT_CHROMIUM, help="Chromium binary for Playwright")
     chromium_args: list[str] = help_field(list(DEFAULT_ARGS), help="Chromium command-line switches")
     user_agent: str = help_field("", help="User-Agent for both backends; '' = each backend's default")
+    reasoner: bool = help_field(
+        False, help="give the planner the untrained 'reasoner' tool: an OpenAI-compatible endpoint from the "
+                    "environment (MGRPO_REASONER_URL, MGRPO_REASONER_MODEL, MGRPO_REASONER_API_KEY; docs/tools.md)")
     realweb: RealWebSearchConfig = dataclasses.field(
         default_factory=RealWebSearchConfig, metadata={"help": "real-web search API (search_backend: realweb)"})
 

@@ -92,10 +92,10 @@ def test_allowed_tools_respected_per_agent():
 
 def test_tool_without_schema_is_a_programming_error():
     with pytest.raises(ValueError, match="no argument schema"):
-        parse_turn("<answer>x</answer>", {"reasoner"})
+        parse_turn("<answer>x</answer>", {"calculator"})
     assert parse_turn(
-        format_tool_call("reasoner", {"problem": "p"}), {"reasoner"}, tool_arguments={"reasoner": (("problem",), ())}
-    ) == ToolCall("reasoner", {"problem": "p"})
+        format_tool_call("calculator", {"problem": "p"}), {"calculator"}, tool_arguments={"calculator": (("problem",), ())}
+    ) == ToolCall("calculator", {"problem": "p"})
 
 
 # ---------------------------------------------------------------- properties
