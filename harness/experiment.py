@@ -12,7 +12,7 @@
 3. **Report**: ``python -m harness.report`` over the experiment's runs into ``--report``.
 
 ``--two-stage`` follows the paper's protocol (§5; docs/training.md, "Two stages and the hard filter"): per
-seed, **stage 1** co-trains planner and sub-agent with mgrpo on simple tasks (the preset's ``stage1.yaml``,
+seed, **stage 1** co-trains planner and sub-agent with mgrpo on simple tasks (the preset's ``mgrpo_stage1.yaml``,
 in ``<out>/stage1/``); the **hard filter** (``python -m harness filter``, ``--filter-k`` attempts per task)
 scores that stage-1 system on the stage-2 candidates (``<out>/filter/seed<N>/``); then every **stage-2 arm**
 of that seed starts from the stage-1 checkpoint (``frozen_sub`` freezes the sub-agent only now;
@@ -87,7 +87,7 @@ def check_budget(args: argparse.Namespace, preset_dir: Path, arms: list[str], *,
                              QUICK_WARMSTART if args.quick else [])
         arm_cfgs = {a: load_train_config(str(preset_dir / f"{a}.yaml"), QUICK_TRAIN if args.quick else [])
                     for a in arms}
-        stage1 = (load_train_config(str(preset_dir / "stage1.yaml"), QUICK_TRAIN if args.quick else [])
+        stage1 = (load_train_config(str(preset_dir / "mgrpo_stage1.yaml"), QUICK_TRAIN if args.quick else [])
                   if args.two_stage else None)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -130,7 +130,7 @@ def stage_one(args: argparse.Namespace, preset_dir: Path, out: Path, seed: int, 
     system on the stage-2 candidates; returns the stage-1 checkpoints and the filter folder (as child
     arguments), or None (the reason appended to ``failed``)."""
     run_dir = out / "stage1" / f"mgrpo-seed{seed}"
-    fail = train_run(args, out, "mgrpo", seed, "mgrpo", preset_dir / "stage1.yaml", run_dir,
+    fail = train_run(args, out, "mgrpo", seed, "mgrpo", preset_dir / "mgrpo_stage1.yaml", run_dir,
                      [f"models.planner={_arg(start['planner'])}", f"models.sub={_arg(start['sub_agent'])}"],
                      out / "logs" / f"stage1-mgrpo-seed{seed}.log")
     if fail:
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="build the warm start first and ship it to baselines/checkpoints/<preset>/ (make demo "
                          "WARMSTART=1); by default a shipped checkpoint there is the start of every run")
     ap.add_argument("--two-stage", action="store_true",
-                    help="the paper's protocol: per seed, stage 1 co-trains both agents (the preset's stage1.yaml), the "
+                    help="the paper's protocol: per seed, stage 1 co-trains both agents (the preset's mgrpo_stage1.yaml), the "
                          "hard filter scores that system, and every stage-2 arm starts from the stage-1 checkpoint "
                          "and trains on the filtered tasks")
     ap.add_argument("--filter-k", type=int, default=None,
@@ -196,9 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         known = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir())
         print(f"error: no preset {args.preset!r} in {CONFIGS}; known: {known}", file=sys.stderr)
         return 2
-    if args.two_stage and not (preset_dir / "stage1.yaml").is_file():
-        print(f"error: --two-stage needs the preset's stage-1 config {preset_dir / 'stage1.yaml'} (mgrpo on simple "
-              "tasks; see baselines/configs/tiny/stage1.yaml)", file=sys.stderr)
+    if args.two_stage and not (preset_dir / "mgrpo_stage1.yaml").is_file():
+        print(f"error: --two-stage needs the preset's stage-1 config {preset_dir / 'mgrpo_stage1.yaml'} (mgrpo on simple "
+              "tasks; see baselines/configs/tiny/mgrpo_stage1.yaml)", file=sys.stderr)
         return 2
     if args.filter_k < 1:
         print(f"error: --filter-k={args.filter_k}: at least one attempt per task", file=sys.stderr)

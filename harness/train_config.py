@@ -39,7 +39,7 @@ from harness.config import ConfigError, help_field, load_config
 from harness.rollout import RolloutConfig
 from harness.tools.toolbox import ToolsConfig
 from harness.world.schemas import BENCHMARKS as BENCHMARK_STYLES
-from mgrpo.options import LOSS_TYPES, RATIO_LEVELS, option_field
+from mgrpo.options import LOSS_TYPES, OLD_LOGPROBS, RATIO_LEVELS, option_field
 
 #: The per-group advantage rule of docs/paper.md (``RoleTrainConfig.advantage_fn``).
 DEFAULT_ADVANTAGE_FN = "mgrpo.advantage:group_advantages"
@@ -147,12 +147,13 @@ class RoleTrainConfig:
     ``harness.role.mgrpo_args`` builds the role's :class:`mgrpo.trainer.MGRPOConfig` from this section.
     Forwarded to TRL under the same name: ``gradient_accumulation_steps``, ``learning_rate``,
     ``lr_scheduler_type``, ``warmup_steps``, ``weight_decay``, ``max_grad_norm``, ``loss_type``,
-    ``ratio_level``, ``epsilon``, ``epsilon_high``, ``beta``, ``bf16``, ``gradient_checkpointing`` and
+    ``ratio_level``, ``old_logprobs``, ``epsilon``, ``epsilon_high``, ``beta``, ``bf16``, ``gradient_checkpointing`` and
     ``save_steps`` (0 -> the role's max steps); ``vllm_url`` becomes ``use_vllm``/``vllm_mode="server"``/
     ``vllm_server_base_url``; ``trl`` is passed as extra keyword arguments, last. The harness's own:
     ``max_steps`` and ``groups_per_step`` (from which the role derives TRL's ``max_steps``,
     ``num_generations`` and ``per_device_train_batch_size``), ``num_processes`` (checked against
-    ``WORLD_SIZE``) and ``advantage_fn`` (given to the trainer). Defaults that differ from TRL's are the
+    ``WORLD_SIZE``), ``advantage_fn`` (given to the trainer) and ``max_staleness`` (sub role: the
+    ``loss_weight`` of a sub-trajectory staler than that). Defaults that differ from TRL's are the
     harness's choice: ``lr_scheduler_type="constant"``, ``save_steps=0``.
 
     ``ratio_level``, ``loss_type``, ``epsilon_high``, ``bf16`` and ``gradient_checkpointing`` are also
@@ -173,6 +174,11 @@ class RoleTrainConfig:
     num_processes: int = help_field(1, "data-parallel processes of this role (accelerate); checked at start")
     loss_type: str = option_field("loss_type")
     ratio_level: Literal["sequence", "token"] = option_field("ratio_level")
+    old_logprobs: Literal["recompute", "behaviour"] = option_field("old_logprobs")
+    max_staleness: int | None = help_field(None, "sub role: a sub-trajectory generated more than this many policy "
+                                           "versions before the step that trains it is left out of the loss (it "
+                                           "stays in its group for the advantages); counted in the step records "
+                                           "(stale_trajectories, dropped_stale, corrected); null = no bound")
     epsilon: float = help_field(0.2, "lower clip: ratio >= 1 - epsilon")
     epsilon_high: float = option_field("epsilon_high")
     beta: float = help_field(0.0, "KL coefficient (0 = no KL, the paper's setting)")
@@ -202,6 +208,10 @@ class RoleTrainConfig:
             raise ConfigError(f"ratio_level={self.ratio_level!r}: choose one of {RATIO_LEVELS}")
         if self.loss_type not in LOSS_TYPES:
             raise ConfigError(f"loss_type={self.loss_type!r}: choose 'mgrpo' or one of TRL's {LOSS_TYPES[1:]}")
+        if self.old_logprobs not in OLD_LOGPROBS:
+            raise ConfigError(f"old_logprobs={self.old_logprobs!r}: choose one of {OLD_LOGPROBS}")
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ConfigError(f"max_staleness={self.max_staleness} must be >= 0 (policy versions) or null")
         resolve_advantage_fn(self.advantage_fn)
 
     @property

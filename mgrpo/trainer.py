@@ -47,10 +47,16 @@ Deliberate deviations and decisions:
   vLLM's importance-sampling correction); the config rejects them with a message. With
   ``beta != 0`` it adds TRL's k3 KL estimate as ``beta`` times the mean over trajectories of the
   per-trajectory masked mean (GRPO-style), which the paper leaves open.
-- The old log-probabilities are TRL's, not the rollout's sampling ``logprobs``: with
+- The old log-probabilities are TRL's by default (``old_logprobs="recompute"``): with
   ``num_iterations == 1`` and generation aligned with optimizer steps the ratio is exactly 1 (the
-  on-policy M-GRPO update), as in TRL. Set ``temperature`` to the rollout's sampling temperature:
-  TRL scales the logits by it when scoring.
+  on-policy M-GRPO update), as in TRL. ``old_logprobs="behaviour"`` uses the rollout's sampling
+  ``logprobs`` instead (TRL's ``sampling_per_token_logps``): the ratio is then against the policy
+  version that generated each token, which corrects trajectories that waited in a queue while the
+  weights moved on (the decoupled sub-agent; paper Fig. 8). Set ``temperature`` to the rollout's
+  sampling temperature: TRL scales the logits by it when scoring, and the behaviour log-probabilities
+  are of the tempered distribution.
+- A rollout may return a ``loss_weight`` column (1 = train, 0 = leave the trajectory out of the loss,
+  e.g. staler than the caller allows); the trajectory stays in its group for the advantages.
 
 ``mgrpo/`` imports nothing from ``harness/``; the caller passes the rollout function and rewards.
 """
@@ -67,7 +73,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from mgrpo.advantage import group_advantages, has_zero_std
 from mgrpo.loss import RATIO_LEVELS, clipped_surrogate_loss
-from mgrpo.options import LOSS_TYPES, TRL_LOSS_TYPES, option_field
+from mgrpo.options import LOSS_TYPES, OLD_LOGPROBS, TRL_LOSS_TYPES, option_field
 
 __all__ = [
     "TRL_LOSS_TYPES",
@@ -96,6 +102,9 @@ class MGRPOConfig(GRPOConfig):
         ratio_level (`str`, defaults to `"sequence"`):
             Importance ratio of ``loss_type="mgrpo"``: `"sequence"` (GSPO-style, length-normalised,
             the paper's sequence-level ratio) or `"token"`.
+        old_logprobs (`str`, defaults to `"recompute"`):
+            Old policy of ``loss_type="mgrpo"``: `"recompute"` (TRL's) or `"behaviour"` (the rollout's
+            sampling log-probabilities, so stale trajectories are importance-corrected).
 
     Defaults changed from ``GRPOConfig``: `loss_type="mgrpo"`, `epsilon_high=0.28`,
     `logging_steps=1`; without CUDA `use_cpu=True`, `bf16=False`, `gradient_checkpointing=False`.
@@ -108,6 +117,7 @@ class MGRPOConfig(GRPOConfig):
     # Declared once in mgrpo.options (default, help, choices), shared with the harness's role config.
     ratio_level: str = option_field("ratio_level")
     loss_type: str = option_field("loss_type")
+    old_logprobs: str = option_field("old_logprobs")
     epsilon_high: float | None = option_field("epsilon_high")
     logging_steps: float = field(
         default=1,
@@ -139,6 +149,11 @@ class MGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"MGRPOConfig.ratio_level={self.ratio_level!r} is not one of {RATIO_LEVELS}: use 'sequence' "
                 "(GSPO-style, the paper's sequence-level ratio) or 'token'"
+            )
+        if self.old_logprobs not in OLD_LOGPROBS:
+            raise ValueError(
+                f"MGRPOConfig.old_logprobs={self.old_logprobs!r} is not one of {OLD_LOGPROBS}: 'recompute' (TRL's) "
+                "or 'behaviour' (the rollout's sampling log-probabilities)"
             )
         if self.loss_type not in LOSS_TYPES:
             raise ValueError(
@@ -369,6 +384,10 @@ class MGRPOTrainer(GRPOTrainer):
                 f"{tuple(output['advantages'].shape)}; the gathered batch is not laid out as expected"
             )
         output["advantages"] = local
+        # A rollout may weight trajectories out of the loss (``loss_weight`` 0: e.g. a sub-trajectory staler than
+        # max_staleness); it stays in its group, whose advantages it shaped.
+        if inputs and "loss_weight" in inputs[0]:
+            output["loss_weight"] = torch.tensor([float(x["loss_weight"]) for x in inputs], device=device)
 
         # TRL logged its own advantages for the completions table: replace them with ours.
         logged = self._logs["advantages"]
@@ -439,6 +458,14 @@ class MGRPOTrainer(GRPOTrainer):
         old_per_token_logps = inputs.get("old_per_token_logps")
         if old_per_token_logps is None:
             old_per_token_logps = per_token_logps.detach()
+        behaviour = inputs.get("sampling_per_token_logps")
+        if self.args.old_logprobs == "behaviour" and behaviour is not None:
+            # the policy that sampled each token (its version may be older than the weights now): the ratio
+            # corrects off-policy trajectories; a missing (non-finite) value keeps the recomputed one
+            behaviour = behaviour.to(per_token_logps.dtype)
+            old_per_token_logps = torch.where(torch.isfinite(behaviour), behaviour, old_per_token_logps.detach())
+        if "loss_weight" in inputs:
+            mask = mask * (inputs["loss_weight"] > 0).to(mask.dtype).unsqueeze(1)
         advantages = inputs["advantages"]
         if advantages.dim() != 1:
             raise ValueError(

@@ -178,7 +178,7 @@ class Analysis:
 
 DIAG_COLUMNS = ("reward_mean", "clip_ratio", "entropy", "grad_norm", "kl", "frac_zero_std_groups",
                 "sub_calls_mean", "wait_s", "rollout_s", "train_s")
-COUNTER_COLUMNS = ("align_duplicated", "align_dropped")
+COUNTER_COLUMNS = ("align_duplicated", "align_dropped", "stale_trajectories", "dropped_stale")
 
 
 def analyse(ds: Dataset, *, smooth: float, collapse_margin: float, seed: int = 0,

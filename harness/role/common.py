@@ -206,7 +206,7 @@ def mgrpo_args(cfg: TrainConfig, role: str, out_dir: Path, group_size: int, n_gr
         gradient_accumulation_steps=sec.gradient_accumulation_steps, max_steps=max_steps,
         learning_rate=sec.learning_rate, lr_scheduler_type=sec.lr_scheduler_type, warmup_steps=sec.warmup_steps,
         weight_decay=sec.weight_decay, max_grad_norm=sec.max_grad_norm, loss_type=sec.loss_type,
-        ratio_level=sec.ratio_level, epsilon=sec.epsilon, epsilon_high=sec.epsilon_high, beta=sec.beta,
+        ratio_level=sec.ratio_level, old_logprobs=sec.old_logprobs, epsilon=sec.epsilon, epsilon_high=sec.epsilon_high, beta=sec.beta,
         temperature=max(cfg.rollout.temperature, 1e-6), seed=cfg.seed, disable_tqdm=True,
         report_to=report_to or "none", run_name=f"{role_dir.parent.name}-{role}",
         save_strategy="steps", save_steps=sec.save_steps or max_steps, save_only_model=False,

@@ -100,7 +100,7 @@ def test_runs_start_from_the_shipped_checkpoint_unless_rebuilt(tmp_path, monkeyp
 
 def test_two_stage_runs_stage1_then_one_filter_per_seed_and_starts_every_stage2_arm_from_it(tmp_path, monkeypatch,
                                                                                             capsys):
-    """Issue 17 (paper §5): stage 1 co-trains both agents (mgrpo, the preset's stage1.yaml), the hard filter
+    """Issue 17 (paper §5): stage 1 co-trains both agents (mgrpo, the preset's mgrpo_stage1.yaml), the hard filter
     scores that system, and every stage-2 arm of the seed starts from the stage-1 checkpoint (single_agent from
     the warm start) and reads the same filter. The commands are checked here; the real pipeline runs in
     tests/harness/test_filter.py and the README test."""
@@ -143,7 +143,7 @@ def test_two_stage_runs_stage1_then_one_filter_per_seed_and_starts_every_stage2_
     for seed in (0, 1):
         s1 = next(c for c in calls if "train" in c and f"mgrpo-seed{seed}" in c[c.index("--run-dir") + 1]
                   and "stage1" in c[c.index("--run-dir") + 1])
-        assert s1[s1.index("--config") + 1].endswith("tiny/stage1.yaml") and "--trainer" in s1
+        assert s1[s1.index("--config") + 1].endswith("tiny/mgrpo_stage1.yaml") and "--trainer" in s1
         ckpt = {role: f"{out / 'stage1' / f'mgrpo-seed{seed}' / role / 'checkpoints' / 'checkpoint-2'}"
                 for role in ("planner", "sub")}
         flt = next(c for c in calls if "filter" in c and c[c.index("--out") + 1].endswith(f"seed{seed}"))

@@ -520,3 +520,64 @@ def test_checkpoint_and_resume(tmp_path):
     resumed = make_trainer(tmp_path, records=records, max_steps=2, save_strategy="no")
     resumed.train(resume_from_checkpoint=str(ckpt))
     assert resumed.state.global_step == 2 and len(records) == 2
+
+
+class BehaviourRollout(ToyRollout):
+    """ToyRollout that reports sampling log-probabilities: ``shift`` below the trainer's own on model tokens
+    (``None`` for all-NaN), and optionally a ``loss_weight`` column."""
+
+    def __init__(self, model, shift=0.5, weights=None, nan=False):
+        super().__init__()
+        self.model, self.shift, self.weights, self.nan = model, shift, weights, nan
+
+    def __call__(self, prompts, trainer):
+        out = super().__call__(prompts, trainer)
+        out["logprobs"] = []
+        with torch.no_grad():
+            for p_ids, c_ids in zip(out["prompt_ids"], out["completion_ids"]):
+                ids = torch.tensor([p_ids + c_ids])
+                logits = self.model(input_ids=ids).logits[0, len(p_ids) - 1: -1].float()
+                lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c_ids).unsqueeze(-1)).squeeze(-1)
+                out["logprobs"].append([float("nan")] * len(c_ids) if self.nan else (lp - self.shift).tolist())
+        if self.weights is not None:
+            out["loss_weight"] = [self.weights(q, i) for i, q in enumerate(out["query_id"])]
+        return out
+
+
+def test_behaviour_logprobs_are_the_old_policy_and_recompute_ignores_them(tmp_path):
+    model = make_model()
+    behaviour = make_trainer(tmp_path, model=model, old_logprobs="behaviour")
+    batch = score_batch(behaviour, BehaviourRollout(model, shift=0.5))
+    behaviour.compute_loss(model, batch)
+    # sequence ratio = exp(mean log-ratio) = exp(0.5) on every trajectory: the behaviour policy was older
+    assert behaviour._metrics["train"]["ratio_mean"][-1] == pytest.approx(math.exp(0.5), rel=1e-3)
+    recompute = make_trainer(tmp_path / "r", model=model)
+    assert recompute.args.old_logprobs == "recompute"
+    batch = score_batch(recompute, BehaviourRollout(model, shift=0.5))
+    recompute.compute_loss(model, batch)
+    assert recompute._metrics["train"]["ratio_mean"][-1] == pytest.approx(1.0)
+    # no usable behaviour log-probabilities (NaN): the recomputed ones, ratio 1
+    batch = score_batch(behaviour, BehaviourRollout(model, nan=True))
+    behaviour.compute_loss(model, batch)
+    assert behaviour._metrics["train"]["ratio_mean"][-1] == pytest.approx(1.0)
+
+
+def test_loss_weight_zero_leaves_a_trajectory_out_of_the_loss(tmp_path):
+    model = make_model()
+    trainer = make_trainer(tmp_path, model=model)
+    full = score_batch(trainer, BehaviourRollout(model, shift=0.0))
+    dropped = score_batch(trainer, BehaviourRollout(model, shift=0.0, weights=lambda q, i: 0.0 if q == "q0" else 1.0))
+    assert dropped["loss_weight"].tolist() == [0.0] * K + [1.0] * (2 * K)
+    torch.testing.assert_close(dropped["advantages"], full["advantages"])  # still in its group
+    mask = (full["completion_mask"] * full["tool_mask"]).bool()
+    adv = full["advantages"]
+    keep = mask.any(dim=1) & (dropped["loss_weight"] > 0)
+    loss = trainer.compute_loss(model, dropped)
+    torch.testing.assert_close(loss.detach(), -(adv * keep).sum() / adv.numel(), rtol=0, atol=1e-6)
+    none = score_batch(trainer, BehaviourRollout(model, shift=0.0, weights=lambda q, i: 0.0))
+    assert float(trainer.compute_loss(model, none).detach()) == 0.0
+
+
+def test_bad_old_logprobs_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match=r"old_logprobs='stale' is not one of \('recompute', 'behaviour'\)"):
+        make_args(tmp_path, old_logprobs="stale")
