@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 test: sysdeps venv
-	$(VPY) -m pytest tests -n 2 --dist loadgroup -q $(PYTEST_ARGS)
+	$(VPY) -m pytest tests -n 2 --dist loadgroup -q --durations=15 $(PYTEST_ARGS)
 
 # BUDGET: minutes the full demo may take; a short calibration refuses a preset that cannot fit (QUICK=1 skips it).
 # WARMSTART=1: rebuild the warm start and ship it to baselines/checkpoints/tiny/ first (else the shipped one is used).
