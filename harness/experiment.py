@@ -211,9 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"note: preset {args.preset} has no config for {missing}; skipped")
     plan = [(arm, seed) for arm in arms for seed in range(args.seeds)]
-    print(f"experiment {out}: warm start, then {len(plan)} training run{'s' * (len(plan) != 1)} "
+    print(f"experiment {out}: warm start, {'stage 1 and the hard filter per seed, ' if args.two_stage else ''}then "
+          f"{len(plan)} training run{'s' * (len(plan) != 1)} "
           f"({', '.join(arms)} x {args.seeds} seed{'s' * (args.seeds != 1)}), then the report in {report}", flush=True)
     t0 = time.perf_counter()
+    n_stages = 4 if args.two_stage else 3  # warm start, [stage 1 + filter,] training runs, report
 
     ws_dir = out / "warmstart"
     ws_config = preset_dir / "warmstart.yaml"
@@ -231,13 +233,13 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(f"[1/3] warm start: the shipped checkpoint {_arg(shipped)} (built {prov.get('created')}; "
+        print(f"[1/{n_stages}] warm start: the shipped checkpoint {_arg(shipped)} (built {prov.get('created')}; "
               "WARMSTART=1 / --rebuild-warmstart rebuilds it)", flush=True)
         summary = prov
         start = {agent: shipped for agent in ("planner", "sub_agent", "single_agent")}
     else:
         if args.rebuild_warmstart or not (ws_dir / "warmstart.json").is_file():
-            print("[1/3] warm start ...", flush=True)
+            print(f"[1/{n_stages}] warm start ...", flush=True)
             cmd = [sys.executable, "-m", "harness", "warmstart", "--out", _arg(ws_dir)]
             if ws_config.is_file():
                 cmd += ["--config", _arg(ws_config)]
@@ -248,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: the warm start failed; see {out / 'logs' / 'warmstart.log'}", file=sys.stderr)
                 return 1
         else:
-            print(f"[1/3] warm start: reusing {ws_dir}", flush=True)
+            print(f"[1/{n_stages}] warm start: reusing {ws_dir}", flush=True)
         summary = json.loads((ws_dir / "warmstart.json").read_text())
         start = {agent: ws_dir / agent for agent in ("planner", "sub_agent", "single_agent")}
     print(f"      warm start check: {json.dumps(summary.get('check', {}))}", flush=True)
@@ -262,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             if got is not None:
                 starts[seed] = got
 
-    print(f"[{3 if args.two_stage else 2}/{4 if args.two_stage else 3}] training runs ...", flush=True)
+    print(f"[{n_stages - 1}/{n_stages}] training runs ...", flush=True)
     runs_dir = out / "runs"
     for arm, seed in tqdm(plan, desc="runs", unit="run"):
         config = preset_dir / f"{arm}.yaml"
@@ -282,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(fail)
             tqdm.write(f"run failed: {fail}")
 
-    print(f"[{4 if args.two_stage else 3}/{4 if args.two_stage else 3}] report ...", flush=True)
+    print(f"[{n_stages}/{n_stages}] report ...", flush=True)
     # A child in the repository like the runs, so the report names the runs folder as the runs do.
     rc = subprocess.run([sys.executable, "-m", "harness.report", "--runs", _arg(runs_dir), "--out", _arg(report),
                          "--title", report_title(args)], cwd=ROOT).returncode

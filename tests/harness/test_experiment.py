@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from harness.experiment import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -167,3 +169,33 @@ def test_two_stage_needs_a_stage1_config(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(experiment, "CONFIGS", tmp_path / "configs")
     assert experiment.main(["--preset", "bare", "--two-stage"]) == 2
     assert "--two-stage needs the preset's stage-1 config" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_two_stage_quick_experiment_end_to_end(tmp_path, monkeypatch):
+    """The real pipeline (~2 min): quick warm start, stage 1, the hard filter of the stage-1 system, two
+    stage-2 arms from its checkpoint on the filtered tasks, the report."""
+    import json
+
+    import yaml
+
+    from harness import experiment
+    from harness.records import read_tasks
+
+    monkeypatch.setattr(experiment, "CHECKPOINTS", tmp_path / "no-shipped-checkpoints")
+    out, rep = tmp_path / "exp", tmp_path / "rep"
+    assert experiment.main(["--preset", "tiny", "--seeds", "1", "--quick", "--two-stage", "--arms", "frozen_sub,mgrpo",
+                            "--out", str(out), "--report", str(rep)]) == 0
+    stage1 = out / "stage1" / "mgrpo-seed0"
+    assert json.loads((stage1 / "status.json").read_text())["state"] == "completed"
+    assert yaml.safe_load((stage1 / "config.yaml").read_text())["tasks"]["max_hops"] == 1
+    meta = json.loads((out / "filter" / "seed0" / "filter.json").read_text())
+    planner_ckpt = str(stage1 / "planner" / "checkpoints" / "checkpoint-2")
+    assert meta["k"] == 2 and meta["system"]["planner"] == planner_ckpt and meta["n_tasks"] == 12
+    for arm in ("frozen_sub", "mgrpo"):
+        run = out / "runs" / f"{arm}-seed0"
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        assert cfg["models"]["planner"] == planner_ckpt and cfg["tasks"]["hard_filter"] == str(out / "filter" / "seed0")
+        recs = read_tasks(run / "eval" / "2" / "local_gaia.jsonl").records
+        assert sorted(r.inference_run for r in recs) == [0, 1]  # quick: eval.runs=2
+    assert (rep / "report.md").is_file() and "two stages" in (rep / "report.md").read_text()
