@@ -401,9 +401,10 @@ def build_sub_trainer(cfg: TrainConfig, run_dir: Path, store: Any, server: Any, 
     rollout = SubRollout(cfg, tasks, store, server, step_lock, stats, spool=spool, resume_position=position)
     spool_engine_results(server.engine, spool)
 
+    built: dict[str, Any] = {}  # the trainer, once built (the step callback pushes its weights)
+
     def on_step(step: int) -> None:
-        server.engine.runtime.policy_version = step
-        store.set_policy_version("sub", step)
+        publish_policy_version(built["trainer"], server.engine, store, step)
         store.heartbeat("sub", {"step": step})
 
     class ReleaseAfterLog(trainer_callback_base()):  # type: ignore[misc]
@@ -430,11 +431,26 @@ def build_sub_trainer(cfg: TrainConfig, run_dir: Path, store: Any, server: Any, 
     args = mgrpo_args(cfg, "sub", out_dir, cfg.sub_group_size, cfg.sub_groups, cfg.sub_max_steps)
     # The dataset only paces TRL's sampler: each "prompt" is a slot the rollout fills with one query group.
     slots = Dataset.from_dict({"prompt": [f"group-slot-{i}" for i in range(cfg.sub_groups)]})
-    return SubRoleTrainer(model, group_source=rollout, step_lock=step_lock, args=args, train_dataset=slots,
-                          processing_class=tok,
-                          callbacks=[make_step_recorder("sub", cfg, run_dir, stats, on_step), ReleaseAfterLog(),
-                                     AckOnSave()],
-                          advantage_fn=resolve_advantage_fn(cfg.sub.advantage_fn))
+    built["trainer"] = SubRoleTrainer(
+        model, group_source=rollout, step_lock=step_lock, args=args, train_dataset=slots, processing_class=tok,
+        callbacks=[make_step_recorder("sub", cfg, run_dir, stats, on_step), ReleaseAfterLog(), AckOnSave()],
+        advantage_fn=resolve_advantage_fn(cfg.sub.advantage_fn))
+    return built["trainer"]
+
+
+def publish_policy_version(trainer: Any, engine: Any, store: Any, step: int) -> None:
+    """After optimizer step ``step``: the service's episodes are labelled policy version ``step`` from now on.
+
+    With vLLM (``sub.vllm_url``) the service generates with the server's weights, which TRL would push only
+    at the trainer's next ``_generate`` (when it takes the next groups). The new weights are pushed here
+    first (TRL's ``sync_weights``), then the version is published, so no request is served under the new
+    version with the old weights. The step lock is still held at this point (released at ``on_log``): no
+    sub-agent episode runs in between."""
+    if getattr(trainer, "use_vllm", False) and getattr(trainer, "_last_loaded_step", None) != step:
+        trainer.vllm_generation.sync_weights()
+        trainer._last_loaded_step = step  # TRL's own marker: its next _generate does not push them again
+    engine.runtime.policy_version = step
+    store.set_policy_version("sub", step)
 
 
 # ------------------------------------------------------------------------------ the role

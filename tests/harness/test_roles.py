@@ -549,3 +549,28 @@ def test_sub_role_keeps_serving_after_its_last_step_until_the_planner_is_done(tm
             store.close()
     text = log.read_text()
     assert "[sub] finished after 1 steps" in text and "service stopped" in text
+
+
+def test_with_vllm_the_new_weights_are_pushed_before_the_new_version_is_served():
+    """Issue 17: the service labels its episodes with the published version; with vLLM the weights must be on
+    the server first. Pure ordering logic (TRL's sync_weights needs a GPU server): the push happens before the
+    version changes, once per step (TRL's next _generate does not push again), and not at all without vLLM."""
+    from types import SimpleNamespace
+
+    from harness.role.sub import publish_policy_version
+
+    engine = SimpleNamespace(runtime=SimpleNamespace(policy_version=0))
+    published: list[int] = []
+    store = SimpleNamespace(set_policy_version=lambda role, v: published.append(v))
+    seen: list[tuple[int, list[int]]] = []
+    trainer = SimpleNamespace(use_vllm=True, _last_loaded_step=0)
+    trainer.vllm_generation = SimpleNamespace(
+        sync_weights=lambda: seen.append((engine.runtime.policy_version, list(published))))
+    publish_policy_version(trainer, engine, store, 1)
+    assert seen == [(0, [])]  # pushed while the old version was still the one served and published
+    assert engine.runtime.policy_version == 1 and published == [1] and trainer._last_loaded_step == 1
+    publish_policy_version(trainer, engine, store, 1)
+    assert len(seen) == 1  # already pushed for step 1
+    plain = SimpleNamespace(use_vllm=False)
+    publish_policy_version(plain, engine, store, 2)
+    assert engine.runtime.policy_version == 2 and published == [1, 1, 2] and len(seen) == 1
