@@ -26,7 +26,6 @@ filter decodes); ``--temperature`` overrides it.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
@@ -46,8 +45,10 @@ from harness.role.tasks import (
     FILTER_META,
     candidate_tasks,
     filter_selection,
+    sha256_of,
     task_key,
     world_fingerprint,
+    write_jsonl,
 )
 from harness.rollout import AgentRuntime, InProcessSubAgent, Query, SubAgentEngine, run_group
 from harness.tools.reasoner import ReasonerClient
@@ -58,8 +59,13 @@ from harness.world.server import WorldServer
 from harness.world.tasks import rebase
 
 
+#: Candidate tasks answered in one batched ``run_group`` call (each with its ``k`` episodes).
+BATCH_TASKS = 8
+
+
 class ModelSystem:
-    """The planner (+ sub-agent) a config starts from, answering ``k`` sampled episodes per task."""
+    """The planner (+ sub-agent) a config starts from, answering ``k`` sampled episodes per task; the tasks of
+    one call are generated together, batched per turn (``run_group``)."""
 
     def __init__(self, cfg: TrainConfig, toolbox: Any, rollout: Any):
         from harness.backends import HFBackend  # lazy: torch, only when models answer
@@ -77,11 +83,15 @@ class ModelSystem:
         self.describe = {"kind": "models", "trainer": str(cfg.trainer), "planner": cfg.models.planner,
                          "sub": cfg.models.sub if self.engine else None}
 
-    def attempts(self, task: dict[str, Any], question: str) -> list[str | None]:
+    def attempts(self, tasks: list[dict[str, Any]], questions: list[str]) -> list[list[str | None]]:
         kw = ({"sub_agent": self.sub_agent, "reasoner": self.reasoner} if self.sub_agent is not None
               else {"toolbox": self.toolbox})
-        res = run_group([Query(task_key(task), question)], self.planner, self.rollout, seed=self.cfg.seed, **kw)
-        return [ep.answer for ep in res.episodes]
+        queries = [Query(task_key(t), q) for t, q in zip(tasks, questions)]
+        res = run_group(queries, self.planner, self.rollout, seed=self.cfg.seed, **kw)
+        answers: dict[str, list[str | None]] = {q.query_id: [] for q in queries}
+        for ep in res.episodes:
+            answers[ep.trajectory.query_id].append(ep.answer)
+        return [answers[q.query_id] for q in queries]
 
     def close(self) -> None:
         if self.engine is not None:
@@ -95,9 +105,9 @@ class ExpertSystem:
         self.noise, self.toolbox, self.k, self.seed = noise, toolbox, k, seed
         self.describe = {"kind": "expert", "noise": noise}
 
-    def attempts(self, task: dict[str, Any], question: str) -> list[str | None]:
-        return [run_expert_episode(task, self.toolbox, seed=self.seed + i, config=ExpertConfig(noise=self.noise)).answer
-                for i in range(self.k)]
+    def attempts(self, tasks: list[dict[str, Any]], questions: list[str]) -> list[list[str | None]]:
+        return [[run_expert_episode(t, self.toolbox, seed=self.seed + i, config=ExpertConfig(noise=self.noise)).answer
+                 for i in range(self.k)] for t in tasks]
 
     def close(self) -> None:
         pass
@@ -123,22 +133,25 @@ def run_filter(cfg: TrainConfig, out: Path, *, k: int, temperature: float | None
         system: Any = (ExpertSystem(expert_noise, toolbox, k, cfg.seed) if expert_noise is not None
                        else ModelSystem(cfg, toolbox, rollout))
         try:
-            for task in tqdm(candidates, desc="hard filter", unit="task"):
-                question = task_prompt(rebase(task, cfg.world.address or server.base_url))
-                preds = system.attempts(task, question)
-                # one answer matcher: the benchmark's registered score, as evaluation scores (an episode
-                # without an answer is an attempt that failed, never dropped)
-                verdicts = [score_task(benches, task, p) for p in preds]
-                solved = sum(bool(v.correct) for _, v in verdicts)
-                rows.append({"task_id": task_key(task), "benchmark": verdicts[0][0].name, "k": len(preds), "solved": solved,
-                             "success_rate": solved / max(1, len(preds)), "predictions": preds})
+            with tqdm(total=len(candidates), desc="hard filter", unit="task") as bar:
+                for i in range(0, len(candidates), BATCH_TASKS):
+                    batch = candidates[i: i + BATCH_TASKS]
+                    questions = [task_prompt(rebase(t, cfg.world.address or server.base_url)) for t in batch]
+                    for task, preds in zip(batch, system.attempts(batch, questions), strict=True):
+                        # one answer matcher: the benchmark's registered score, as evaluation scores (an
+                        # episode without an answer is an attempt that failed, never dropped)
+                        verdicts = [score_task(benches, task, p) for p in preds]
+                        solved = sum(bool(v.correct) for _, v in verdicts)
+                        rows.append({"task_id": task_key(task), "benchmark": verdicts[0][0].name, "k": len(preds),
+                                     "solved": solved, "success_rate": solved / max(1, len(preds)),
+                                     "predictions": preds})
+                    bar.update(len(batch))
         finally:
             system.close()
             toolbox.close()
-    data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
-    (out / FILTER_FILE).write_bytes(data)
+    write_jsonl(out / FILTER_FILE, rows)
     meta = {"format": FILTER_FORMAT, **filter_selection(cfg), "k": k, "temperature": temp, "seed": cfg.seed,
-            "system": system.describe, "sha256": hashlib.sha256(data).hexdigest(), "n_tasks": len(rows),
+            "system": system.describe, "sha256": sha256_of(out / FILTER_FILE), "n_tasks": len(rows),
             "n_solved_every_time": sum(r["solved"] == r["k"] for r in rows),
             "n_never_solved": sum(r["solved"] == 0 for r in rows),
             "seconds": round(time.perf_counter() - t0, 2),

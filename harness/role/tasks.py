@@ -230,11 +230,12 @@ def hard_filter(tasks: list[dict[str, Any]], rates: dict[str, float], max_succes
 
 
 # ------------------------------------------------------------------------------ files
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    """``rows`` as JSON lines, written to a temporary file and renamed (a reader never sees half a file)."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         for row in rows:
@@ -246,10 +247,10 @@ def write_run_tasks(out_dir: Path, tasks: RunTasks) -> dict[str, Any]:
     """Write the task set into ``out_dir`` (``taskset.json`` last, so a cut write is no task set); its meta."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / META_FILE).unlink(missing_ok=True)  # replaced last: until then the folder is no task set
-    _write_jsonl(out_dir / TRAIN_FILE, tasks.train)
-    _write_jsonl(out_dir / EVAL_FILE, tasks.evals)
+    write_jsonl(out_dir / TRAIN_FILE, tasks.train)
+    write_jsonl(out_dir / EVAL_FILE, tasks.evals)
     meta = {"format": TASKSET_FORMAT, **tasks.meta, "n_train": len(tasks.train), "n_eval": len(tasks.evals),
-            "files": {name: _sha256(out_dir / name) for name in (TRAIN_FILE, EVAL_FILE)},
+            "files": {name: sha256_of(out_dir / name) for name in (TRAIN_FILE, EVAL_FILE)},
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     write_json_atomic(out_dir / META_FILE, meta)
     tasks.meta = meta
