@@ -38,8 +38,8 @@ This conftest only loads for paths under ``benchmarks/`` (the repository's ``tes
   counts as incorrect. A benchmark none of whose items ran says ``not run`` with the reason,
   never 0% or 100%.
 * **Run**: ``--trainer=expert`` writes to ``runs/expert-<world_seed>/`` (or ``--run DIR``), step 0,
-  creating ``provenance.json`` if absent, and marks it ``completed`` only when the session wrote a
-  record; otherwise (a collection error, every item errored in setup or was skipped) ``status.json``
+  creating ``provenance.json`` if absent (``--model DIR`` likewise to ``runs/model-...``), and marks it
+  ``completed`` only when the session wrote a record; otherwise (every item ``NOT_RUN`` included) (a collection error, every item errored in setup or was skipped) ``status.json``
   says ``failed`` and why, or keeps an earlier session's state with ``last_eval_error`` (issue 14).
   A model trainer evaluates the latest run of that trainer under ``--runs-dir`` (default
   ``<rootdir>/runs``) or ``--run DIR``, at the step of its latest planner checkpoint
@@ -629,9 +629,11 @@ def _nothing_evaluated(state: EvalState, exitstatus: int) -> str:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = _state(session.config)
-    if state is None or state.is_worker or state.target is None or state.trainer != EXPERT:
+    if state is None or state.is_worker or state.target is None:
         return
-    if session.config.option.collectonly:
+    # the runs this suite creates: the expert's and a --model folder's (a trained run's status is its trainer's)
+    owned = state.trainer == EXPERT or bool((state.target.provenance or {}).get("model"))
+    if not owned or session.config.option.collectonly:
         return
 
     run_dir = state.target.run_dir

@@ -41,11 +41,11 @@ from typing import Any
 
 from tqdm import tqdm
 
-from harness.agents.parsing import ToolCall, parse_turn
+from harness.agents.parsing import FormatError, ToolCall, parse_turn
 from harness.agents.prompts import AGENT_PROMPTS, EpisodeTokens, agent_prompt, initial_messages
 from harness.checkpoint_files import PROVENANCE_FILE, sha256_file, verify_checkpoint
 from harness.config import ConfigError, help_field, load_config, to_dict
-from harness.protocol import format_tool_call
+from harness.protocol import format_tool_call, render_error
 from harness.records import git_state, portable_argv
 from harness.rollout import AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, run_group
 from harness.tools.html_text import html_to_text
@@ -103,6 +103,12 @@ class WarmstartConfig:
     max_chars: int | None = help_field(None, "page text kept per visit in the demonstrations and the check (null = "
                                        "all; use the training preset's tools.max_chars)")
     noise: float = help_field(0.05, "scripted-expert noise rate in the demonstrations")
+    recovery_rate: float = help_field(0.0, "share of the agents' demonstrated turns preceded by a broken copy of "
+                                      "themselves (cut short, its end repeated: what a drifting model writes) and the "
+                                      "format-error observation a rollout shows for it; the broken turn is outside "
+                                      "the loss. The expert never errs in format, so without these a model that "
+                                      "breaks one turn has never seen what comes next and keeps breaking "
+                                      "(docs/training.md, \"The tiny warm start\")")
     expert: dict[str, Any] = help_field({}, "more ExpertConfig fields for the demonstrations: rates, template_rates, "
                                         "phrase_rates (systematic blind spots that RL can fix)")
     agents: list[str] = help_field(list(AGENTS), "which agents to fine-tune")
@@ -168,6 +174,8 @@ class WarmstartConfig:
             raise ConfigError(f"benchmarks={self.benchmarks}: choose one or more of {', '.join(BENCHMARKS)}")
         if self.search_top_k < 1:
             raise ConfigError(f"search_top_k={self.search_top_k} must be >= 1")
+        if not 0.0 <= self.recovery_rate < 1.0:
+            raise ConfigError(f"recovery_rate={self.recovery_rate} must be in [0, 1)")
         if self.copy_steps < 0 or self.copy_pieces < 2 or self.copy_batch_size < 1 or self.copy_full_steps < 0:
             raise ConfigError("copy_steps and copy_full_steps must be >= 0, copy_pieces >= 2, copy_batch_size >= 1")
         if self.copy_alphabet not in ("names", "all"):
@@ -254,6 +262,32 @@ def expert_demonstrations(tasks: list[dict[str, Any]], toolbox: Any, noise: floa
     return demos
 
 
+def broken_turn(turn: str, rng: random.Random) -> str:
+    """``turn`` cut short at a random point, with a stretch before the cut repeated 2-4 times: the two ways
+    the tiny model's turns were seen to break (an unclosed tool call, runaway repetition)."""
+    cut = rng.randint(max(1, len(turn) // 3), max(1, len(turn) - 3))
+    head = turn[:cut]
+    start = rng.randint(max(0, cut - 24), max(0, cut - 4))
+    return head + head[start:] * rng.randint(2, 4)
+
+
+def with_recovery(messages: list[dict[str, Any]], agent: str, rate: float, rng: random.Random) -> list[dict[str, Any]]:
+    """``messages`` with, before each assistant turn (with probability ``rate``), a broken copy of it
+    (:func:`broken_turn`, marked ``"loss": False``) and the format-error observation a rollout shows for it
+    (the real parser's reason), so that the demonstration shows the correct turn *after* an error."""
+    allowed = agent_prompt(agent).allowed_tools
+    out = list(messages[:2])
+    for msg in messages[2:]:
+        if msg["role"] == "assistant" and rng.random() < rate:
+            bad = broken_turn(msg["content"], rng)
+            parsed = parse_turn(bad, allowed)
+            if isinstance(parsed, FormatError):
+                out += [{"role": "assistant", "content": bad, "loss": False},
+                        {"role": "tool", "content": render_error(f"format error: {parsed.reason}")}]
+        out.append(msg)
+    return out
+
+
 def tokenize_transcript(codec: Any, messages: list[dict[str, str]], loss_tokens: str = "model") -> dict[str, list[int]]:
     """``input_ids`` as a rollout would build them and ``labels``: -100 outside the assistant turns
     (``loss_tokens="model"``) or nowhere (``"all"``: the prompt and the observations are targets too)."""
@@ -264,7 +298,8 @@ def tokenize_transcript(codec: Any, messages: list[dict[str, str]], loss_tokens:
         if msg["role"] == "assistant":
             piece = codec.assistant_ids(msg["content"])
             ids += piece
-            labels += piece
+            # a demonstrated mistake (``"loss": False``, see with_recovery) is context, never a target
+            labels += piece if msg.get("loss", True) else [-100] * len(piece)
         else:
             piece = codec.observation_ids(msg["content"])
             ids += piece
@@ -423,7 +458,8 @@ def sft_train(model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], 
                 row = {"step": state.global_step, **gate(kwargs["model"])}
                 gate_log.append(row)
                 print(f"[copy gate] step {row['step']}: name-token loss {row['name_loss']:.3f} vs other "
-                      f"{row['other_loss']:.3f}; names exact {row['names_exact']:.0%}; repeated random pieces "
+                      f"{row['other_loss']:.3f}; names exact {row['names_exact']:.0%} (first token {row['names_first']:.0%}, "
+                      f"the rest {row['names_rest']:.0%}); repeated random pieces "
                       f"{row['repeat_loss']:.2f} vs first {row['first_loss']:.2f}", flush=True)
 
     model.train()
@@ -596,6 +632,10 @@ def prepare(cfg: WarmstartConfig) -> Prepared:
     demos = Demonstrations()
     for tb, tasks in tqdm(picked, desc="expert demonstrations", unit="world", disable=len(picked) < 3):
         expert_demonstrations(tasks, tb, cfg.noise, cfg.seed, config=expert, demos=demos)
+    if cfg.recovery_rate:
+        rng = random.Random(f"recovery:{cfg.seed}")
+        for agent in AGENTS:
+            setattr(demos, agent, [with_recovery(m, agent, cfg.recovery_rate, rng) for m in demos.of(agent)])
     stages["expert_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -836,12 +876,14 @@ def copy_gate(model: Any, tokenizer: Any, demos: Demonstrations, names: set[str]
 
     Copying is learned when ``name_loss`` approaches ``other_loss``; before that, held-out success
     cannot rise (docs/training.md, "The tiny warm start"). Also the share of name occurrences whose
-    every token is the model's argmax (``names_exact``) and the :func:`induction_probe` losses."""
+    every token is the model's argmax (``names_exact``), whose first token is (``names_first``: the token
+    an induction head cannot copy, since what precedes the copy differs from what precedes the source)
+    and whose later tokens are (``names_rest``), and the :func:`induction_probe` losses."""
     import torch  # lazy: torch only when a model is scored
 
     sums = {"name": 0.0, "other": 0.0}
     counts = {"name": 0, "other": 0}
-    exact = occurrences = 0
+    exact = first = rest = occurrences = 0
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -855,7 +897,7 @@ def copy_gate(model: Any, tokenizer: Any, demos: Demonstrations, names: set[str]
                 target = x[0, 1:]
                 nll = torch.nn.functional.cross_entropy(logits, target, reduction="none").tolist()
                 hit = (logits.argmax(-1) == target).tolist()
-            per_occ: dict[int, bool] = {}
+            per_occ: dict[int, list[bool]] = {}  # occurrence -> argmax hit per token
             for pos in range(1, len(ids)):
                 k = kind[pos]
                 if k < 0:
@@ -864,14 +906,17 @@ def copy_gate(model: Any, tokenizer: Any, demos: Demonstrations, names: set[str]
                 sums[group] += nll[pos - 1]
                 counts[group] += 1
                 if k > 0:
-                    per_occ[k] = per_occ.get(k, True) and bool(hit[pos - 1])
+                    per_occ.setdefault(k, []).append(bool(hit[pos - 1]))
             occurrences += len(per_occ)
-            exact += sum(per_occ.values())
+            exact += sum(all(h) for h in per_occ.values())
+            first += sum(h[0] for h in per_occ.values())
+            rest += sum(all(h[1:]) for h in per_occ.values())
     if was_training:
         model.train()
     return {"name_loss": sums["name"] / max(1, counts["name"]), "other_loss": sums["other"] / max(1, counts["other"]),
             "n_name_tokens": counts["name"], "n_other_tokens": counts["other"],
-            "names_exact": exact / max(1, occurrences), "n_names": occurrences,
+            "names_exact": exact / max(1, occurrences), "names_first": first / max(1, occurrences),
+            "names_rest": rest / max(1, occurrences), "n_names": occurrences,
             **induction_probe(model, tokenizer, names)}
 
 

@@ -539,6 +539,13 @@ def test_suite_evaluates_a_model_folder_without_a_run(tmp_path):
     assert f"planner: the model folder's weights (--model): {joint}" in proc.stdout
     prov = json.loads((run / "provenance.json").read_text())
     assert prov["arm"] == "checkpoint:ship" and prov["config"]["tools"] == {"search_top_k": 2}
+    assert json.loads((run / "status.json").read_text())["state"] == "completed"
+    # a benchmark the model runner cannot answer: one NOT_RUN item, and the folder is not marked completed
+    proc = run_suite("--model", str(ship), "--runs-dir", str(runs), "--world-seed", "8", "--bench", "webwalkerqa")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"^webwalkerqa .* not run: the model runner answers only the local_\* benchmarks", proc.stdout, re.M)
+    status = json.loads((runs / "model-ship-tiny-w8" / "status.json").read_text())
+    assert status["state"] == "failed" and "every item was skipped (the model runner answers only" in status["error"]
     # a changed weight file: refused before any task, naming the file
     weights = ship / "joint" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1] + b"\0")

@@ -269,6 +269,7 @@ def test_copy_gate_scores_an_untrained_model_near_chance(letters_prep):
     chance = math.log(len(prep.tokenizer))
     assert abs(gate["name_loss"] - chance) < 1.0 and abs(gate["other_loss"] - chance) < 1.0
     assert gate["names_exact"] == 0.0
+    assert 0.0 <= gate["names_first"] <= 0.2 and gate["names_exact"] <= gate["names_rest"] <= 1.0
 
 
 def test_interleave_benchmarks_spreads_a_prefix_over_styles():
@@ -442,3 +443,36 @@ def test_bad_copy_drill_settings_are_clear_errors(arg, message):
 
     with pytest.raises(ConfigError, match=message):
         load_config(WarmstartConfig, None, [arg])
+
+
+def test_recovery_demonstrations_show_a_broken_turn_its_error_and_then_the_right_turn(demos, tokenizer):
+    import random
+
+    from harness.agents.parsing import FormatError
+    from harness.protocol import render_error
+    from harness.warmstart import with_recovery
+
+    d, _ = demos
+    rng = random.Random(0)
+    n_broken = 0
+    for agent in ("planner", "sub_agent", "single_agent"):
+        codec = EpisodeTokens(tokenizer, agent_prompt(agent).tools)
+        for msgs in d.of(agent):
+            out = with_recovery(msgs, agent, 0.9, rng)
+            # without the inserted pairs the transcript is unchanged
+            kept = [m for i, m in enumerate(out) if m.get("loss", True)
+                    and not (i > 0 and out[i - 1].get("loss") is False)]
+            assert kept == msgs
+            for i, m in enumerate(out):
+                if m.get("loss") is False:
+                    n_broken += 1
+                    parsed = parse_turn(m["content"], agent_prompt(agent).allowed_tools)
+                    assert isinstance(parsed, FormatError)  # what a rollout would reject ...
+                    assert out[i + 1] == {"role": "tool", "content": render_error(f"format error: {parsed.reason}")}
+                    assert out[i + 2]["role"] == "assistant" and out[i + 2].get("loss", True)  # ... then the fix
+            # the broken turns are context only: the targets are exactly the demonstrated turns' tokens
+            ex = tokenize_transcript(codec, out)
+            targets = [t for t in ex["labels"] if t != -100]
+            want = [t for m in msgs[2:] if m["role"] == "assistant" for t in codec.assistant_ids(m["content"])]
+            assert targets == want
+    assert n_broken > 10
