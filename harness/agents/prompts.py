@@ -185,13 +185,31 @@ class EpisodeTokens:
             {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()))
         """Token ids that end a generation (pass to the backend's ``stop_token_ids``)."""
         self._turn_prefix = text[: at] + _SENTINEL + end
+        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        self._specials: list[str] = sorted(
+            {s for s in list(tokenizer.all_special_tokens) + [t.content for t in added.values() if t.special] if s},
+            key=len, reverse=True)
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def inert(self, content: str) -> str:
+        """``content`` with every special-token string (``<|im_end|>``, ``<|endoftext|>``...) broken by a
+        zero-width space after its first character, so that text from outside (a web page, a question, a
+        delegated task) tokenises as ordinary text and cannot close a turn or open a fake one."""
+        for s in self._specials:
+            if s in content:
+                content = content.replace(s, s[:1] + "\u200b" + s[1:])
+        return content
+
+    def _untrusted(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [m if m["role"] == "system" else {**m, "content": self.inert(str(m["content"]))} for m in messages]
+
     def prompt_ids(self, messages: Sequence[dict[str, Any]]) -> list[int]:
-        """Ids of ``messages`` (system, user) plus the opening of the first assistant turn."""
-        return self._encode(render_chat(self.tokenizer, messages, self.tools, add_generation_prompt=True))
+        """Ids of ``messages`` (system, user) plus the opening of the first assistant turn; special-token
+        strings in the user turn are made inert (:meth:`inert`)."""
+        return self._encode(render_chat(self.tokenizer, self._untrusted(messages), self.tools,
+                                        add_generation_prompt=True))
 
     def assistant_ids(self, text: str) -> list[int]:
         """Ids of an assistant turn written as ``text`` (e.g. the scripted expert), closed by end-of-turn."""
@@ -202,7 +220,7 @@ class EpisodeTokens:
         probe = [
             {"role": "user", "content": "u"},
             {"role": "assistant", "content": _SENTINEL},
-            {"role": "tool", "content": content},
+            {"role": "tool", "content": self.inert(content)},  # a page may hold "<|im_end|>" as text
         ]
         text = render_chat(self.tokenizer, probe, self.tools, add_generation_prompt=True)
         if not text.startswith(self._turn_prefix):
@@ -225,7 +243,9 @@ class EpisodeTokens:
         ids = self.prompt_ids(messages[:n_head])
         for m in messages[n_head:]:
             ids += self.assistant_ids(m["content"]) if m["role"] == "assistant" else self.observation_ids(m["content"])
-        full = render_chat(self.tokenizer, messages, self.tools)
+        full = render_chat(self.tokenizer, self._untrusted(messages[:n_head]) + [
+            {**m, "content": self.inert(m["content"])} if m["role"] != "assistant" else m for m in messages[n_head:]],
+            self.tools)
         expected = self._encode(full)
         if expected[: len(ids)] != ids or self.tokenizer.decode(expected[len(ids):]).strip():
             raise AssertionError("episode pieces do not match the chat template's rendering")
