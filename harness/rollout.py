@@ -318,6 +318,11 @@ def run_tools(active: Sequence[_Active], toolbox: Toolbox, pool: ThreadPoolExecu
         ep.observe(out)
 
 
+def no_result_text(end_reason: str) -> str:
+    """What the planner is shown for a sub-agent episode that ended without a result."""
+    return f"The sub-agent found no result ({end_reason})."
+
+
 class SubAgentEngine:
     """Runs batches of sub-agent episodes with one model (the in-process sub-agent)."""
 
@@ -348,7 +353,7 @@ class SubAgentEngine:
         out = []
         for ep in active:
             t = ep.traj
-            text = t.final if t.final is not None else f"The sub-agent found no result ({t.end_reason})."
+            text = t.final if t.final is not None else no_result_text(t.end_reason)
             out.append(SubResult(t.query_id, t.rollout, t.call or 0, text, t.format_ok, t.policy_version,
                                  t.n_turns, t.truncated, trajectory=t))
         return out

@@ -47,7 +47,8 @@ from harness.checkpoint_files import PROVENANCE_FILE, sha256_file, verify_checkp
 from harness.config import ConfigError, help_field, load_config, to_dict
 from harness.protocol import format_tool_call, render_error
 from harness.records import git_state, portable_argv
-from harness.rollout import AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, run_group
+from harness.rollout import (AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, no_result_text,
+                             run_group)
 from harness.tools.html_text import html_to_text
 from harness.world.expert import ExpertConfig, answers_match, run_expert_episode, task_id
 from harness.world.generator import generate_world
@@ -274,10 +275,14 @@ def broken_turn(turn: str, rng: random.Random) -> str:
 def with_recovery(messages: list[dict[str, Any]], agent: str, rate: float, rng: random.Random) -> list[dict[str, Any]]:
     """``messages`` with, before each assistant turn (with probability ``rate``), a broken copy of it
     (:func:`broken_turn`, marked ``"loss": False``) and the format-error observation a rollout shows for it
-    (the real parser's reason), so that the demonstration shows the correct turn *after* an error."""
+    (the real parser's reason), so that the demonstration shows the correct turn *after* an error. A planner's
+    delegation is also (with the same probability) shown failing once first, with the observation of a sub-agent
+    that ran out of turns, then made again."""
     allowed = agent_prompt(agent).allowed_tools
     out = list(messages[:2])
     for msg in messages[2:]:
+        if msg["role"] == "assistant" and agent == "planner" and _delegated(msg["content"]) and rng.random() < rate:
+            out += [dict(msg), {"role": "tool", "content": no_result_text("max_turns")}]
         if msg["role"] == "assistant" and rng.random() < rate:
             bad = broken_turn(msg["content"], rng)
             parsed = parse_turn(bad, allowed)
