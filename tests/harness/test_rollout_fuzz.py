@@ -7,7 +7,7 @@ every planner and sub-agent turn with a generated completion: truncated and unba
 and special-token strings (``<|im_end|>``) meant to end a turn early. The tools are the real
 :class:`~harness.world.toolbox.WorldToolbox` over a tiny world, some of whose observations are made to carry
 the same injection text. Every completion must end in exactly one of: a tool call the tool answered, a final
-answer, or a format-error observation (DESIGN §3: the agent's format reward is then 0); no exception escapes,
+answer, or a format-error observation (docs/paper.md: the agent's format reward is then 0); no exception escapes,
 and injected text never becomes a control token.
 """
 
@@ -155,7 +155,7 @@ def _fuzz_group(tokenizer, world, batch, questions):
                     assert msgs[i + 1]["content"] == f"Error: format error: {parsed.reason}"
                 else:
                     assert traj.end_reason == "max_turns"
-        if not traj.format_ok:  # DESIGN §3: no format reward, and no reward at all, for a broken episode
+        if not traj.format_ok:  # docs/paper.md: no format reward, and no reward at all, for a broken episode
             assert main_reward(False, True) == 0.0 and sub_reward(False, 1.0, 1.0) == 0.0
         # injected special-token strings stay text: each observation holds exactly the template's own specials
         special = set(tokenizer.all_special_ids)
