@@ -39,7 +39,8 @@ This conftest only loads for paths under ``benchmarks/`` (the repository's ``tes
   never 0% or 100%.
 * **Run**: ``--trainer=expert`` writes to ``runs/expert-<world_seed>/`` (or ``--run DIR``), step 0,
   creating ``provenance.json`` if absent (``--model DIR`` likewise to ``runs/model-...``), and marks it
-  ``completed`` only when the session wrote a record; otherwise (every item ``NOT_RUN`` included) (a collection error, every item errored in setup or was skipped) ``status.json``
+  ``completed`` only when the session wrote a record; otherwise (a collection error, every item errored in
+  setup, skipped or ``NOT_RUN``) ``status.json``
   says ``failed`` and why, or keeps an earlier session's state with ``last_eval_error`` (issue 14).
   A model trainer evaluates the latest run of that trainer under ``--runs-dir`` (default
   ``<rootdir>/runs``) or ``--run DIR``, at the step of its latest planner checkpoint

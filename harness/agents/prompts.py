@@ -203,7 +203,9 @@ class EpisodeTokens:
         return content
 
     def _untrusted(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [m if m["role"] == "system" else {**m, "content": self.inert(str(m["content"]))} for m in messages]
+        """``messages`` with the text from outside (user and tool turns) made inert; ours and the model's kept."""
+        return [m if m["role"] in ("system", "assistant") else {**m, "content": self.inert(str(m["content"]))}
+                for m in messages]
 
     def prompt_ids(self, messages: Sequence[dict[str, Any]]) -> list[int]:
         """Ids of ``messages`` (system, user) plus the opening of the first assistant turn; special-token
@@ -243,9 +245,7 @@ class EpisodeTokens:
         ids = self.prompt_ids(messages[:n_head])
         for m in messages[n_head:]:
             ids += self.assistant_ids(m["content"]) if m["role"] == "assistant" else self.observation_ids(m["content"])
-        full = render_chat(self.tokenizer, self._untrusted(messages[:n_head]) + [
-            {**m, "content": self.inert(m["content"])} if m["role"] != "assistant" else m for m in messages[n_head:]],
-            self.tools)
+        full = render_chat(self.tokenizer, self._untrusted(messages), self.tools)
         expected = self._encode(full)
         if expected[: len(ids)] != ids or self.tokenizer.decode(expected[len(ids):]).strip():
             raise AssertionError("episode pieces do not match the chat template's rendering")

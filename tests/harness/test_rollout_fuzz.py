@@ -156,7 +156,7 @@ def _fuzz_group(tokenizer, world, batch, questions):
                 else:
                     assert traj.end_reason == "max_turns"
         if not traj.format_ok:  # docs/paper.md: no format reward, and no reward at all, for a broken episode
-            assert main_reward(False, True) == 0.0 and sub_reward(False, 1.0, 1.0) == 0.0
+            assert main_reward(traj.format_ok, True) == 0.0 and sub_reward(traj.format_ok, 1.0, 1.0) == 0.0
         # injected special-token strings stay text: each observation holds exactly the template's own specials
         special = set(tokenizer.all_special_ids)
         per_obs = sum(t in special for t in codec.observation_ids("x"))
