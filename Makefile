@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test venv sysdeps clean
+.PHONY: demo test bench venv sysdeps clean
 
 sysdeps:
 	@bash scripts/sysdeps.sh
@@ -25,8 +25,16 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# The whole suite on 2 workers; prints the 15 slowest tests and the total time (docs/CONTRIBUTING.md).
 test: sysdeps venv
-	$(VPY) -m pytest tests -n 2 --dist loadgroup -q --durations=15 $(PYTEST_ARGS)
+	@start=$$(date +%s); $(VPY) -m pytest tests -n 2 --dist loadgroup -q --durations=15 $(PYTEST_ARGS); \
+	status=$$?; echo "make test: $$(( $$(date +%s) - start )) s in all (exit $$status)"; exit $$status
+
+# The performance suite alone (marker perf, benchmarks enabled, one process), then reports/perf/ (docs/performance.md).
+bench: sysdeps venv
+	@mkdir -p .benchmarks; $(VPY) -m pytest tests -m perf -p no:xdist -q --benchmark-json=.benchmarks/bench.json \
+	  $(PYTEST_ARGS); status=$$?; \
+	$(VPY) -m harness.report.perf .benchmarks/bench.json --out reports/perf && exit $$status
 
 # BUDGET: minutes the full demo may take; a short calibration refuses a preset that cannot fit (QUICK=1 skips it).
 # WARMSTART=1: rebuild the warm start and ship it to baselines/checkpoints/tiny/ first (else the shipped one is used).

@@ -40,6 +40,7 @@ class SubAgentServer:
         self.lock = threading.Lock()
         self._trajectories: list[Trajectory] = []
         self._traj_lock = threading.Lock()
+        self._busy: dict[str, float] = {}
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -88,11 +89,21 @@ class SubAgentServer:
         return f"http://{host}:{port}"
 
     def run(self, subtasks: Sequence[SubTask]) -> list[SubResult]:
+        stats: dict[str, float] = {}
         with self.lock:
-            results = self.engine.run(subtasks)
+            results = self.engine.run(subtasks, stats)
         with self._traj_lock:
             self._trajectories.extend(r.trajectory for r in results if r.trajectory is not None)
+            for key in ("generate_s", "tool_s"):  # the engine names its figures sub_<key>
+                self._busy[key] = self._busy.get(key, 0.0) + float(stats.get(f"sub_{key}", 0.0))
         return results
+
+    def take_busy(self) -> dict[str, float]:
+        """Seconds of generation and tool calls served since the last call (``generate_s``, ``tool_s``), for
+        the role's step records (docs/performance.md); resets them."""
+        with self._traj_lock:
+            out, self._busy = self._busy, {}
+        return out
 
     def take_trajectories(self) -> list[Trajectory]:
         """Hand the buffered sub-agent trajectories to the role's trainer (and forget them)."""

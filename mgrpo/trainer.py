@@ -30,6 +30,11 @@ checkpoints) and only the M-GRPO parts are replaced (arXiv 2511.13288, Sec. 3):
   ``advantage_abs_mean``, ``frac_zero_std_groups`` (docs/report.md) are logged every step; with
   ``loss_type="mgrpo"`` also ``policy_loss``, ``clip_ratio/{low,high,region}_mean`` (TRL's names),
   ``ratio_mean``, ``entropy`` and ``kl`` (when ``beta != 0``).
+- **Where a step's time goes.** Each optimizer step also logs ``time/<phase>`` (seconds, summed over the
+  step's micro-batches; :data:`PHASES`): ``rollout_s`` (the caller's ``rollout_func``), ``score_s`` (TRL's
+  scoring around it: tokenising, padding, old/reference log-probabilities, rewards and advantages),
+  ``forward_backward_s`` (loss and backward pass) and ``optimizer_s`` (gradient clipping and the optimizer
+  step). docs/performance.md turns them into each role's time split.
 
 Deliberate deviations and decisions:
 - ``MGRPOConfig`` defaults differ from ``GRPOConfig``: ``loss_type="mgrpo"``,
@@ -64,11 +69,13 @@ Deliberate deviations and decisions:
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from mgrpo.advantage import group_advantages, has_zero_std
@@ -81,8 +88,12 @@ __all__ = [
     "BatchRecord",
     "MGRPOConfig",
     "MGRPOTrainer",
+    "PHASES",
     "rollout_reward",
 ]
+
+#: The phases of one optimizer step that :class:`MGRPOTrainer` times and logs as ``time/<phase>``.
+PHASES = ("rollout_s", "score_s", "forward_backward_s", "optimizer_s")
 
 
 def _cuda() -> bool:
@@ -323,7 +334,44 @@ class MGRPOTrainer(GRPOTrainer):
         self.advantage_fn = advantage_fn
         self.on_batch = on_batch
         self._gathered_rewards_per_func: torch.Tensor | None = None
-        super().__init__(model=model, reward_funcs=reward_funcs, args=args, rollout_func=rollout_func, **kwargs)
+        self.phase_s = dict.fromkeys(PHASES, 0.0)
+        """Seconds per phase of the optimizer step in progress (:data:`PHASES`); logged and reset at its end."""
+        self._in_generate_s = 0.0
+        self._last_micro_step_end: float | None = None
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args,
+                         rollout_func=None if rollout_func is None else self._timed(rollout_func), **kwargs)
+        self.add_callback(_StepTimer(self))
+
+    # ------------------------------------------------------------------ where a step's time goes
+    def _timed(self, rollout_func: Callable[[list, Any], dict[str, Any]]) -> Callable[[list, Any], dict[str, Any]]:
+        def rollout(prompts: list, trainer: Any) -> dict[str, Any]:
+            t0 = time.perf_counter()
+            try:
+                return rollout_func(prompts, trainer)
+            finally:
+                self.phase_s["rollout_s"] += time.perf_counter() - t0
+        return rollout
+
+    def training_step(self, model, inputs, num_items_in_batch):  # noqa: D401 - Trainer hook
+        t0 = time.perf_counter()
+        generate_before = self._in_generate_s
+        try:
+            return super().training_step(model, inputs, num_items_in_batch)
+        finally:
+            now = time.perf_counter()
+            # what is not generation + scoring (timed inside) is the loss and the backward pass
+            self.phase_s["forward_backward_s"] += (now - t0) - (self._in_generate_s - generate_before)
+            self._last_micro_step_end = now
+
+    def _end_of_step_timing(self) -> None:
+        """At the optimizer step's end: the optimizer phase, then one ``time/<phase>`` metric per phase."""
+        if self._last_micro_step_end is not None:
+            self.phase_s["optimizer_s"] += time.perf_counter() - self._last_micro_step_end
+        metrics = self._metrics["train"]
+        for name, seconds in self.phase_s.items():
+            metrics[f"time/{name}"] = [seconds]
+        self.phase_s = dict.fromkeys(PHASES, 0.0)
+        self._last_micro_step_end = None
 
     # ------------------------------------------------------------------ advantages (docs/paper.md)
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: D401 - TRL hook
@@ -352,6 +400,15 @@ class MGRPOTrainer(GRPOTrainer):
         return advantages, zero_std
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        t0, rollout_before = time.perf_counter(), self.phase_s["rollout_s"]
+        try:
+            return self._generate_and_score(inputs)
+        finally:
+            total = time.perf_counter() - t0
+            self._in_generate_s += total
+            self.phase_s["score_s"] += total - (self.phase_s["rollout_s"] - rollout_before)
+
+    def _generate_and_score(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         mode = "train" if self.model.training else "eval"  # decided before the rollout, as TRL does
         self._gathered_rewards_per_func = None
         output = super()._generate_and_score_completions(inputs)
@@ -533,3 +590,14 @@ class MGRPOTrainer(GRPOTrainer):
             kl_sum, kl_n = self.accelerator.reduce(kl_stats, reduction="sum").tolist()
             metrics["kl"].append(kl_sum / max(kl_n, 1.0))
         return loss
+
+
+class _StepTimer(TrainerCallback):
+    """Closes :attr:`MGRPOTrainer.phase_s` at each optimizer step (before the step's metrics are logged)."""
+
+    def __init__(self, trainer: MGRPOTrainer) -> None:
+        self.trainer = trainer
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.trainer._end_of_step_timing()
+

@@ -64,6 +64,8 @@ SMALL: dict[str, list[str] | None] = {
     "pytest benchmarks/ --trainer=mgrpo": ["--bench-limit", "1"],
     "pytest benchmarks/ --trainer=mgrpo --run runs/experiment-tiny/runs/mgrpo-seed0": ["--bench-limit", "1"],
     "python -m harness.report --runs runs/experiment-tiny/runs --out reports/latest": [],
+    "python -m harness profile --preset tiny --trainer mgrpo --out runs/profile":
+        ["--steps", "2", *(o for o in QUICK_TRAIN if not o.startswith(("planner.max_steps", "eval.")))],
 }
 #: Output each command must print (regular expressions, searched in stdout + stderr).
 EXPECT: dict[str, list[str]] = {
@@ -79,6 +81,7 @@ EXPECT: dict[str, list[str]] = {
     "pytest benchmarks/ --trainer=expert": [r"local_gaia", r"\b5 passed\b"],
     "pytest benchmarks/ --trainer=mgrpo": [r"local_gaia", r"local_webwalkerqa", r"local_xbench"],
     "python -m harness.report": [r"report"],
+    "python -m harness profile": [r"\*\*mgrpo / planner\*\*: [\d.]+ s per step over 1 step, model compute \d+%"],
 }
 
 

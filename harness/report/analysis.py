@@ -177,7 +177,7 @@ class Analysis:
 
 
 DIAG_COLUMNS = ("reward_mean", "clip_ratio", "entropy", "grad_norm", "kl", "frac_zero_std_groups",
-                "sub_calls_mean", "wait_s", "rollout_s", "train_s")
+                "sub_calls_mean", "wait_s", "rollout_s", "train_s", "peak_rss_mib", "peak_gpu_mib")
 COUNTER_COLUMNS = ("align_duplicated", "align_dropped", "stale_trajectories", "dropped_stale")
 
 

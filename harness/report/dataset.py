@@ -42,7 +42,7 @@ STEP_COLUMNS = (
     "reward_mean", "reward_std", "advantage_abs_mean", "frac_zero_std_groups", "policy_loss",
     "clip_ratio", "entropy", "grad_norm", "kl", "n_trajectories", "n_model_tokens",
     "sub_calls_mean", "sub_calls_p99", "align_duplicated", "align_dropped", "rollout_s",
-    "train_s", "wait_s", "policy_version", "stale_trajectories", "dropped_stale",
+    "train_s", "wait_s", "policy_version", "stale_trajectories", "dropped_stale", "peak_rss_mib", "peak_gpu_mib",
 )
 
 ARM_ORDER = ("single_agent", "frozen_sub", "mgrpo", "mgrpo[alignment=none]")

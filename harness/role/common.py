@@ -15,6 +15,8 @@ loading, the toolbox, the TRL arguments of a role and its per-step records.
 from __future__ import annotations
 
 import os
+import resource
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -130,6 +132,23 @@ class StepStats:
     components: dict[str, float] = field(default_factory=dict)
     fields: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)
+    """The role's parts of its rollout time, for ``StepRecord.time_split`` (e.g. ``generate_s``)."""
+
+
+#: Phases of ``StepRecord.time_split`` that are the role's own model compute (docs/performance.md).
+COMPUTE_PHASES = ("generate_s", "score_s", "forward_backward_s", "optimizer_s")
+
+
+def time_split(logs: dict[str, Any], phases: dict[str, float], wall_s: float) -> tuple[dict[str, float], float | None]:
+    """``(time_split, model_share)`` of a step record from TRL's logged ``time/<phase>`` metrics (the
+    trainer's phases), the role's own ``phases`` and the step's wall time."""
+    split = {"wall_s": wall_s}
+    split.update({k[len("time/"):]: float(v) for k, v in logs.items() if k.startswith("time/") and v is not None})
+    split.update(phases)
+    split = {k: round(v, 4) for k, v in split.items()}
+    compute = sum(split.get(k, 0.0) for k in COMPUTE_PHASES)
+    return split, (round(min(1.0, compute / wall_s), 4) if wall_s > 0 else None)
 
 
 def trainer_callback_base() -> type:
@@ -137,6 +156,16 @@ def trainer_callback_base() -> type:
     from transformers import TrainerCallback
 
     return TrainerCallback
+
+
+def peak_memory_mib() -> dict[str, float | None]:
+    """``peak_rss_mib`` and ``peak_gpu_mib`` of this process so far, for its step records (docs/performance.md)."""
+    import torch
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    rss_mib = rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
+    gpu = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    return {"peak_rss_mib": round(rss_mib, 1), "peak_gpu_mib": None if gpu is None else round(gpu, 1)}
 
 
 def make_step_recorder(role: str, cfg: TrainConfig, run_dir: Path, stats: StepStats, on_step: Any = None) -> Any:
@@ -147,6 +176,10 @@ def make_step_recorder(role: str, cfg: TrainConfig, run_dir: Path, stats: StepSt
         def __init__(self) -> None:
             self.train_s = 0.0
             self.last_step = -1
+            self.last_end = time.perf_counter()
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.last_end = time.perf_counter()  # step 1's wall time starts here, not at model loading
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.train_s = time.perf_counter() - stats.rollout_end if stats.rollout_end else 0.0
@@ -161,6 +194,9 @@ def make_step_recorder(role: str, cfg: TrainConfig, run_dir: Path, stats: StepSt
             if step == self.last_step or "reward" not in logs:
                 return  # the end-of-training summary, or a second log of the same step
             self.last_step = step
+            now = time.perf_counter()
+            split, share = time_split(logs, stats.phases, now - self.last_end)
+            self.last_end = now
             rec = StepRecord(
                 run_id=run_dir.name, trainer=str(cfg.trainer), role=role, seed=cfg.seed, step=step,
                 time=time.time(), reward_mean=logs.get("reward"), reward_std=logs.get("reward_std"),
@@ -170,11 +206,12 @@ def make_step_recorder(role: str, cfg: TrainConfig, run_dir: Path, stats: StepSt
                 grad_norm=logs.get("grad_norm"), kl=logs.get("kl"), n_trajectories=stats.n_trajectories,
                 n_model_tokens=stats.n_model_tokens, rollout_s=round(stats.rollout_s, 4),
                 train_s=round(self.train_s, 4), wait_s=round(stats.wait_s, 4), policy_version=step,
-                extra=dict(stats.extra), **stats.fields,
+                time_split=split, model_share=share, **peak_memory_mib(), extra=dict(stats.extra), **stats.fields,
             )
             append_step(run_dir, rec)
             print(f"[{role}] step {step}: reward {rec.reward_mean:.3f} rollout {rec.rollout_s:.1f}s "
-                  f"wait {rec.wait_s:.1f}s train {rec.train_s:.1f}s", flush=True)
+                  f"wait {rec.wait_s:.1f}s train {rec.train_s:.1f}s"
+                  + (f" model compute {share:.0%}" if share is not None else ""), flush=True)
 
     return StepRecorder()
 

@@ -306,6 +306,9 @@ class SubRollout:
         s.fields = ({"align_duplicated": self.dup, "align_dropped": self.drop}
                     if self.cfg.alignment.mode == "query" else {})
         s.fields.update(stale_trajectories=counts.pop("stale_trajectories"), dropped_stale=counts.pop("dropped_stale"))
+        busy = self.server.take_busy()
+        s.phases = {"wait_s": s.wait_s, "service_generate_s": busy.get("generate_s", 0.0),
+                    "service_tool_s": busy.get("tool_s", 0.0)}
         s.extra = {"empty_groups": self.empty_groups, "missing_trajectories": self.missing,
                    "alignment": self.cfg.alignment.mode, "groups": list(self.current),
                    "sub_policy_versions": sorted({int(t.policy_version) for t, _, _ in chosen}), **counts}

@@ -68,7 +68,7 @@ Semantics (the contract that ``tests/mgrpo/test_store.py`` checks on both backen
   host:port or file.
 
 Public API: :func:`open_store` -> :class:`Store` (:class:`SqliteStore`, :class:`RedisStore`) with
-``declare_group``, ``upsert_rollout(s)``, ``upsert_sub_call``, ``get_rollouts``, ``get_sub_calls``,
+``declare_group``, ``upsert_rollout(s)``, ``upsert_sub_call(s)``, ``get_rollouts``, ``get_sub_calls``,
 ``get_group``, ``group_progress``, ``take_next_group``, ``ack_group``, ``consumed_groups``,
 ``pending_groups``, ``heartbeat(s)``, ``set/get_policy_version``, ``put/get_stat``, ``now``,
 ``close``; records :class:`RolloutRecord`, :class:`SubCallRecord`; results :class:`Group`,

@@ -147,13 +147,21 @@ class Store(abc.ABC):
 
     def upsert_sub_call(self, record: SubCallRecord) -> None:
         """Insert or replace the record of ``(query_id, rollout, call)``."""
-        if not isinstance(record, SubCallRecord):
-            raise TypeError(f"upsert_sub_call needs a SubCallRecord, got {type(record).__name__}")
-        self._upsert_sub_call(record)
+        self.upsert_sub_calls([record])
+
+    def upsert_sub_calls(self, records: Sequence[SubCallRecord]) -> None:
+        """Insert or replace several sub-call records in one write (one transaction or one pipelined round
+        trip): what a planner does with all the sub-calls of a step before it writes the step's groups."""
+        records = list(records)
+        for record in records:
+            if not isinstance(record, SubCallRecord):
+                raise TypeError(f"upsert_sub_call(s) needs SubCallRecord objects, got {type(record).__name__}")
+        if records:
+            self._upsert_sub_calls(records)
 
     @abc.abstractmethod
-    def _upsert_sub_call(self, record: SubCallRecord) -> None:
-        """Backend part of :meth:`upsert_sub_call` (record already type-checked)."""
+    def _upsert_sub_calls(self, records: list[SubCallRecord]) -> None:
+        """Backend part of :meth:`upsert_sub_calls` (records already type-checked, at least one)."""
 
     @abc.abstractmethod
     def get_rollouts(self, query_id: str) -> list[RolloutRecord]:

@@ -308,9 +308,15 @@ class RedisStore(Store):
         with self._errors():  # one script: validated as a whole, then written as a whole
             return list(self._s_upsert(args=args))
 
-    def _upsert_sub_call(self, record: SubCallRecord) -> None:
-        with self._errors():  # one HSET: atomic by itself
-            self._r.hset(self._key("sc", record.query_id), f"{record.rollout}:{record.call}", record.to_json())
+    def _upsert_sub_calls(self, records: list[SubCallRecord]) -> None:
+        by_query: dict[str, dict[str, str]] = {}
+        for r in records:
+            by_query.setdefault(r.query_id, {})[f"{r.rollout}:{r.call}"] = r.to_json()
+        with self._errors():  # one HSET per query (each atomic by itself), pipelined: one round trip
+            pipe = self._r.pipeline(transaction=False)
+            for qid, mapping in by_query.items():
+                pipe.hset(self._key("sc", qid), mapping=mapping)
+            pipe.execute()
 
     def get_rollouts(self, query_id: str) -> list[RolloutRecord]:
         with self._errors():

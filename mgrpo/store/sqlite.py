@@ -257,13 +257,13 @@ class SqliteStore(Store):
         )
         return True
 
-    def _upsert_sub_call(self, record: SubCallRecord) -> None:
-        data = record.to_json()
-        with self._write() as c:
-            c.execute(
+    def _upsert_sub_calls(self, records: list[SubCallRecord]) -> None:
+        rows = [(self.run_id, r.query_id, r.rollout, r.call, r.to_json()) for r in records]
+        with self._write() as c:  # one transaction for all of them
+            c.executemany(
                 "INSERT INTO sub_calls (run_id, query_id, rollout, call, data) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (run_id, query_id, rollout, call) DO UPDATE SET data = excluded.data",
-                (self.run_id, record.query_id, record.rollout, record.call, data),
+                rows,
             )
 
     def _rollout_rows(self, c: Any, query_id: str) -> list[tuple[int, str]]:

@@ -42,7 +42,8 @@ def test_schema_fields_match_design_section_8():
     assert set(design_step) <= step_fields
     assert set(design_task) <= task_fields
     # only documented additions
-    assert step_fields - set(design_step) == {"sub_calls_hist", "extra", "stale_trajectories", "dropped_stale"}
+    assert step_fields - set(design_step) == {"sub_calls_hist", "extra", "stale_trajectories", "dropped_stale",
+                                              "peak_rss_mib", "peak_gpu_mib", "time_split", "model_share"}
     assert task_fields - set(design_task) == {"extra", "transcript", "inference_run", "temperature", "sample_seed"}
 
 

@@ -219,6 +219,24 @@ def test_sub_calls_hist_and_quantile_match_records(messy):
     assert hists["mgrpo"].source == "training step records"
 
 
+def test_diagnostics_show_each_roles_peak_memory_from_its_records(messy):
+    """The peak-memory column is the mean over runs of each run's last 10% of steps (docs/report.md)."""
+    exp, res = messy
+    row = next(d for d in res.analysis.diagnostics if d.arm == "single_agent" and d.role == "planner")
+    per_run = []
+    for s in exp.specs:
+        if s.label != "single_agent":
+            continue
+        lines = (exp.root / s.run_id / "planner" / "metrics.jsonl").read_text().splitlines()
+        peaks = [json.loads(x)["peak_rss_mib"] for x in lines]
+        k = max(1, math.ceil(analysis.FINAL_WINDOW * len(peaks)))
+        per_run.append(statistics.mean(peaks[-k:]))
+    assert per_run and row.values["peak_rss_mib"] == pytest.approx(statistics.mean(per_run))
+    assert math.isnan(row.values["peak_gpu_mib"])  # no GPU recorded: n/a, not 0
+    md = res.markdown.read_text()
+    assert "peak memory (MiB; GPU)" in md and f"{row.values['peak_rss_mib']:,.0f}" in md
+
+
 def test_figures_have_axis_labels_units_legends(messy):
     _, res = messy
     figs = {f.name: f for f in res.figures}

@@ -239,7 +239,10 @@ def test_http_sub_agent_matches_in_process(tokenizer):
         assert client.health()["policy_version"] == 3
         res = run_group([Query("q", "Who?")], planner, cfg, sub_agent=client)
         kept = server.take_trajectories()
+        busy = server.take_busy()
     assert len(kept) == 3 and server.take_trajectories() == []
+    # what the service served since the last call, for the sub role's step record (docs/performance.md)
+    assert busy["generate_s"] > 0 and busy["tool_s"] >= 0 and server.take_busy() == {}
     assert res.sub_trajectories == []  # trajectories stay in the sub-agent role
     for e in res.episodes:
         assert e.answer == "Marlow Vance"

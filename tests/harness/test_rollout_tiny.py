@@ -7,7 +7,7 @@
 - with the backend's cross-turn KV reuse (prefix cache), greedy trajectories are identical to
   those without it, and finished episodes leave nothing cached;
 - a group of K=8 episodes batched across episodes against the same 8 run one after another
-  (pytest-benchmark, side by side; the issue's target is >= 4x).
+  (pytest-benchmark, side by side; the target is >= 6x, docs/performance.md).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 from harness.backends import HFBackend, sampling_logprobs
 from harness.models import load_model
 from harness.rollout import AgentRuntime, Query, RolloutConfig, run_group
+from tests.support.perf import figure
 
 LOGPROB_ATOL = 1e-4
 
@@ -87,13 +88,14 @@ def _sequential(runtime, cfg, query):
 
 
 @pytest.mark.slow
+@pytest.mark.perf
 def test_cross_episode_batching_speedup(runtime, benchmark):
     """K=8 batched vs the same 8 episodes one after another, side by side in one process.
 
     Both sides are timed here with ``perf_counter`` (alternating, median of rounds) so the ratio
     is measured even when pytest-benchmark is disabled (under xdist); the batched side is also
-    handed to the ``benchmark`` fixture. The ratio is reported in ``extra_info`` (issue target
-    >= 4x); the assertion is only that batching wins, since these machines are noisy.
+    handed to the ``benchmark`` fixture. The ratio is reported in ``extra_info`` (target
+    >= 6x); the assertion is only that batching wins, since these machines are noisy.
     """
     cfg = RolloutConfig(k=8, planner_turns=3, max_new_tokens=32)
     query = Query("q", "Who founded Ardent Labs?")
@@ -117,6 +119,8 @@ def test_cross_episode_batching_speedup(runtime, benchmark):
         sequential_s=sequential_s, batched_s=batched_s, speedup=sequential_s / batched_s,
         generated_tokens_per_group=tokens, batched_tokens_per_s=tokens / batched_s,
     )
+    figure(benchmark, "K=8 group of tiny-model episodes, batched vs one after another (median of 3)",
+           sequential_s / batched_s, unit="x", target=6.0)
     print(f"K=8 group: sequential {sequential_s:.2f} s, batched {batched_s:.2f} s, "
           f"speedup {sequential_s / batched_s:.2f}x ({tokens} tokens, {tokens / batched_s:.0f} tokens/s batched)")
     assert sequential_s / batched_s > 1.0

@@ -56,6 +56,11 @@ def test_train_runs_roles_end_to_end(tmp_path, trainer):
     for s in steps:
         assert s.trainer == trainer and s.role == "planner" and s.n_trajectories == 4
         assert s.rollout_s > 0 and s.train_s > 0 and s.wait_s >= 0 and s.policy_version == s.step
+        assert s.peak_rss_mib > 100 and s.peak_gpu_mib is None  # a torch process on CPU: hundreds of MiB
+        split = s.time_split  # where the step's time went (docs/performance.md)
+        assert {"wall_s", "rollout_s", "score_s", "forward_backward_s", "optimizer_s", "generate_s", "delegate_s",
+                "tool_s", "store_s"} <= set(split), split
+        assert 0 < split["generate_s"] <= split["rollout_s"] <= split["wall_s"] and 0 < s.model_share <= 1, split
         assert s.reward_mean is not None and s.entropy is not None and s.n_model_tokens > 0
         assert set(s.reward_components) == {"format", "correct"}
         if trainer == "single_agent":
@@ -63,6 +68,10 @@ def test_train_runs_roles_end_to_end(tmp_path, trainer):
         else:
             assert s.sub_calls_mean is not None and sum(s.sub_calls_hist) == 4
     assert (run / "planner" / "checkpoints" / "checkpoint-2" / "model.safetensors").is_file()
+    from harness.profile import profile_run
+
+    prof = profile_run(run)["planner"]  # step 1 (lazy initialisation) is left out of the means
+    assert prof["steps"] == 1 and prof["wall_s"] == pytest.approx(steps[1].time_split["wall_s"], abs=1e-4)
 
     # Periodic evaluation: before training and at step 2, one task per style, two inference runs.
     for step in (0, 2):
@@ -190,3 +199,25 @@ def test_sigterm_to_the_launcher_stops_every_role(tmp_path):
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_profile_command_tabulates_each_roles_step_time(tmp_path):
+    """``python -m harness profile`` (docs/performance.md) on the small single_agent run: one run, its table."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    small = [o for o in SMALL if not o.startswith(("eval.", "planner.save_steps"))]
+    cmd = [sys.executable, "-m", "harness", "profile", "--trainer", "single_agent", "--steps", "3",
+           "--out", str(tmp_path / "prof"), *small]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "prof" / "profile.json").read_text())
+    planner = doc["roles"]["single_agent"]["planner"]
+    assert planner["steps"] == 2 and 0 < planner["model_share"] <= 1
+    parts = ("generate_s", "delegate_s", "tool_s", "store_s", "rollout_other_s", "score_s", "forward_backward_s",
+             "optimizer_s", "other_s")
+    assert sum(planner[k] for k in parts) == pytest.approx(planner["wall_s"], rel=0.02)  # the parts add up
+    assert not (tmp_path / "prof" / "single_agent" / "eval").exists()  # steps only: no evaluation
+    text = (tmp_path / "prof" / "profile.md").read_text()
+    assert "**single_agent / planner**" in text and "model compute" in text and text in proc.stdout
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "exists: remove it" in again.stderr  # never mixes two runs
+

@@ -20,9 +20,11 @@ import random
 import timeit
 
 import numpy as np
+import pytest
 
 from mgrpo.advantage import group_advantages
 from mgrpo.alignment import align, query_seed
+from tests.support.perf import figure
 
 N_QUERIES, K, D = 64, 8, 8
 TARGET_S = 0.005
@@ -50,6 +52,7 @@ def _one_step(queries, run_seed=1234):
     return out
 
 
+@pytest.mark.perf
 def test_align_and_advantages_64x8x8(benchmark):
     queries = _step_inputs()
     result = benchmark(_one_step, queries)
@@ -62,6 +65,8 @@ def test_align_and_advantages_64x8x8(benchmark):
         benchmark.extra_info["target_ms"] = TARGET_S * 1e3
         benchmark.extra_info["meets_target_min"] = stats.min < TARGET_S
         benchmark.extra_info["meets_target_median"] = stats.median < TARGET_S
+        figure(benchmark, "align + advantages, 64 queries x K=8 x d=8 (median)", stats.median * 1e3,
+               unit="ms", target=TARGET_S * 1e3, better="lower")
 
 
 def _numpy_align(counts, d, seed):

@@ -114,6 +114,22 @@ def test_upsert_is_idempotent_and_replaces(store):
         store.take_next_group(0.05)
 
 
+def test_a_steps_writes_in_two_calls_land_like_one_call_per_record(store):
+    """What the planner writes per step (docs/performance.md): all sub-call records in one call, then every
+    group in one call. Same records, same completion order, later records replace earlier ones."""
+    subs = [SubCallRecord(q, r, c, r_expert=0.5, policy_version=1) for q in ("a", "b") for r in range(2) for c in range(2)]
+    store.upsert_sub_calls(subs)
+    store.upsert_sub_calls([SubCallRecord("a", 0, 0, r_expert=0.9)])  # replaces
+    store.upsert_sub_calls([])  # nothing to write: no error
+    assert store.upsert_rollouts([rec(q, r, 1.0) for q in ("b", "a") for r in range(2)], group_size=2) == ["b", "a"]
+    assert [store.take_next_group(5).query_id for _ in range(2)] == ["b", "a"]
+    assert [(s.rollout, s.call, s.r_expert) for s in store.get_sub_calls("a")] == [
+        (0, 0, 0.9), (0, 1, 0.5), (1, 0, 0.5), (1, 1, 0.5)]
+    assert store.get_sub_calls("b") == [s for s in subs if s.query_id == "b"]
+    with pytest.raises(TypeError, match="SubCallRecord"):
+        store.upsert_sub_calls([rec("c", 0, 1.0)])
+
+
 def test_sub_calls_ordered_and_in_group(store):
     for r, c in [(1, 1), (0, 2), (1, 0), (0, 0), (0, 10)]:
         store.upsert_sub_call(SubCallRecord("q", r, c, r_expert=r + c / 100))

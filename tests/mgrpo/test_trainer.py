@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from functools import lru_cache
 
 import pytest
@@ -25,7 +26,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from mgrpo.advantage import group_advantages  # noqa: E402
 from mgrpo.loss import clipped_surrogate_loss  # noqa: E402
-from mgrpo.trainer import BatchRecord, MGRPOConfig, MGRPOTrainer, rollout_reward  # noqa: E402
+from mgrpo.trainer import PHASES, BatchRecord, MGRPOConfig, MGRPOTrainer, rollout_reward  # noqa: E402
 
 K = 4  # rollouts per query (num_generations)
 # Rewards per query and rollout index; q1 is an all-equal group (advantage 0 for every member).
@@ -219,6 +220,35 @@ def test_train_two_steps_runs_updates_and_logs(tmp_path, ratio_level):
             assert key in entry, key
         assert entry["frac_zero_std_groups"] == pytest.approx(1 / 3)  # q1 is all-equal
         assert "kl" not in entry  # beta = 0 by default
+
+
+class SlowRollout(ToyRollout):
+    """A rollout that takes at least ``SLOW_ROLLOUT_S`` (so its phase is known to be at least that)."""
+
+    def __call__(self, prompts, trainer):
+        time.sleep(SLOW_ROLLOUT_S)
+        return super().__call__(prompts, trainer)
+
+
+SLOW_ROLLOUT_S = 1.0
+
+
+def test_each_step_logs_where_its_time_went(tmp_path):
+    """time/<phase> per optimizer step (docs/performance.md): the rollout's own time, not counted again in
+    scoring or the backward pass, and the phases together within the step's wall time."""
+    trainer = make_trainer(tmp_path, rollout=SlowRollout(), max_steps=2)
+    t0 = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - t0
+    logs = [e for e in trainer.state.log_history if "advantage_abs_mean" in e]
+    assert len(logs) == 2
+    for entry in logs:
+        phases = {p: entry[f"time/{p}"] for p in PHASES}
+        assert phases["rollout_s"] >= SLOW_ROLLOUT_S
+        # the rollout's second is in rollout_s only (the toy model scores and trains in milliseconds)
+        assert 0 < phases["score_s"] < SLOW_ROLLOUT_S and 0 < phases["forward_backward_s"] < SLOW_ROLLOUT_S, phases
+        assert phases["optimizer_s"] > 0, phases
+    assert sum(e[f"time/{p}"] for e in logs for p in PHASES) <= wall
 
 
 # ----------------------------------------------------------------------------- (2) advantages

@@ -21,6 +21,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from mgrpo.trainer import MGRPOConfig, MGRPOTrainer, rollout_reward
+from tests.support.perf import figure
 from tests.mgrpo.test_trainer import QUERIES, K, ToyRollout, make_model, make_tokenizer
 
 ROUNDS = 16
@@ -72,6 +73,7 @@ def _timed(trainer) -> float:
 
 
 # K = 4 (a planner-sized group) and 16 (a sub-agent group, d*K with d = 4); 3 queries per step.
+@pytest.mark.perf
 @pytest.mark.parametrize("group_size", [K, 4 * K])
 def test_mgrpo_step_vs_stock_grpo_step(tmp_path, benchmark, group_size):
     torch.set_num_threads(1)
@@ -120,6 +122,8 @@ def test_mgrpo_step_vs_stock_grpo_step(tmp_path, benchmark, group_size):
             "trajectories_per_step": group_size * len(QUERIES),
         }
     )
+    figure(benchmark, f"M-GRPO optimizer step / stock TRL GRPO step, group size {group_size} (medians)", ratio,
+           unit="x", target=1.15, better="lower")
     benchmark.pedantic(_step, args=(mgrpo,), rounds=5, iterations=1, warmup_rounds=0)
 
     assert len(records) >= ROUNDS + 1  # the hook saw every M-GRPO batch

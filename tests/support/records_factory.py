@@ -177,7 +177,7 @@ def _write_run(exp: Experiment, spec: RunSpec, rng: np.random.Generator, n_tasks
                 n_model_tokens=int(n_traj * 120 + rng.integers(0, 500)),
                 rollout_s=float(abs(rng.normal(6.0, 0.5))), train_s=float(abs(rng.normal(3.0, 0.3))),
                 wait_s=float(abs(rng.normal(0.5 if role == "sub" else 0.2, 0.1))),
-                policy_version=step, **kwargs)
+                policy_version=step, peak_rss_mib=float(700 + 2 * step), **kwargs)
             lines.append(rec.to_dict(srec))
         exp.rewards[(spec.run_id, role)] = rewards
         tail = ""

@@ -100,12 +100,17 @@ def consumer(url: str, run_id: str, name: str, consumer_name: str, k: int, write
         out.put(("consumer", name, taken, problems, traceback.format_exc()))
 
 
+#: Groups per ``upsert_rollouts`` call in ``perf_writer``'s ``step`` mode (a planner step of B = 8 queries).
+STEP_GROUPS = 8
+
+
 def perf_writer(url: str, run_id: str, worker: int, commands, out) -> None:
     """A benchmark writer that stays alive between rounds (process start-up is not measured).
 
-    Receives ``(round_id, n, k, batched)`` and upserts ``n`` fresh rollouts in groups of ``k`` (so
-    groups complete along the way, as in a real run), one call per rollout, or one
-    ``upsert_rollouts`` call per group when ``batched``; then reports
+    Receives ``(round_id, n, k, mode)`` and upserts ``n`` fresh rollouts in groups of ``k`` (so
+    groups complete along the way, as in a real run): one call per rollout (``single``), one
+    ``upsert_rollouts`` call per group (``group``), or one per :data:`STEP_GROUPS` groups (``step``: a
+    planner step's groups in one write, as the planner role does); then reports
     ``("done", worker, seconds, error)``. ``None`` ends it.
     """
     try:
@@ -118,20 +123,20 @@ def perf_writer(url: str, run_id: str, worker: int, commands, out) -> None:
         cmd = commands.get()
         if cmd is None:
             break
-        round_id, n, k, batched = cmd
+        round_id, n, k, mode = cmd
         try:
             t0 = time.perf_counter()
-            for g in range(n // k):
-                records = [
-                    RolloutRecord(f"r{round_id}-w{worker}-g{g}", r, R_M=1.0, r_correct=1.0, r_format=1.0,
-                                  sub_call_ids=["a", "b"], policy_version=round_id, extra={"i": g * k + r})
-                    for r in range(k)
-                ]
-                if batched:
-                    store.upsert_rollouts(records, group_size=k)
+            per_call = {"single": 1, "group": k, "step": k * STEP_GROUPS}[mode]
+            records = [
+                RolloutRecord(f"r{round_id}-w{worker}-g{i // k}", i % k, R_M=1.0, r_correct=1.0, r_format=1.0,
+                              sub_call_ids=["a", "b"], policy_version=round_id, extra={"i": i})
+                for i in range(n)
+            ]
+            for start in range(0, n, per_call):
+                if mode == "single":
+                    store.upsert_rollout(records[start], group_size=k)
                 else:
-                    for record in records:
-                        store.upsert_rollout(record, group_size=k)
+                    store.upsert_rollouts(records[start:start + per_call], group_size=k)
             out.put(("done", worker, time.perf_counter() - t0, None))
         except BaseException:  # noqa: BLE001
             out.put(("done", worker, 0.0, traceback.format_exc()))
