@@ -179,6 +179,11 @@ class RoleTrainConfig:
                                            "versions before the step that trains it is left out of the loss (it "
                                            "stays in its group for the advantages); counted in the step records "
                                            "(stale_trajectories, dropped_stale, corrected); null = no bound")
+    serve: Literal["locked", "snapshot"] = help_field(
+        "locked", "sub role: how its service answers the planner while the sub-agent trains; locked = requests wait "
+        "for the optimizer step to end (every episode on the newest weights); snapshot = from a copy of the weights, "
+        "refreshed after each step (no waiting; episodes started during a step run one policy version behind, "
+        "see max_staleness and old_logprobs: behaviour; hf backend only; docs/performance.md)")
     epsilon: float = help_field(0.2, "lower clip: ratio >= 1 - epsilon")
     epsilon_high: float = option_field("epsilon_high")
     beta: float = help_field(0.0, "KL coefficient (0 = no KL, the paper's setting)")
@@ -212,6 +217,11 @@ class RoleTrainConfig:
             raise ConfigError(f"old_logprobs={self.old_logprobs!r}: choose one of {OLD_LOGPROBS}")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ConfigError(f"max_staleness={self.max_staleness} must be >= 0 (policy versions) or null")
+        if self.serve not in ("locked", "snapshot"):
+            raise ConfigError(f"serve={self.serve!r}: choose 'locked' or 'snapshot'")
+        if self.serve == "snapshot" and self.vllm_url:
+            raise ConfigError("serve=snapshot needs the in-process hf backend: a vLLM server holds one copy of the "
+                              "weights (set serve: locked, or drop vllm_url)")
         resolve_advantage_fn(self.advantage_fn)
 
     @property

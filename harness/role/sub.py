@@ -10,7 +10,8 @@ id), scores ``R_S = sub_reward(format_ok, r_correct, r_expert)`` with ``r_expert
 :func:`harness.world.judge.expert_judge` on the matched gold subtask of the prepared task set, and returns the
 d*K completions. From the end of that rollout until the optimizer step is done and logged it holds
 ``server.lock`` (:class:`StepLock`), so no sub-agent episode runs on weights that are being updated; after each step it bumps
-the policy version (engine and store). ``alignment.mode: none`` (paper Fig. 8) groups sub-trajectories FIFO in
+the policy version (engine and store). With ``sub.serve: snapshot`` the service generates with its own copy of the
+weights instead (:func:`serving_model`): the lock is taken only to copy the new weights in and bump the version. ``alignment.mode: none`` (paper Fig. 8) groups sub-trajectories FIFO in
 chunks of d*K regardless of query (:class:`mgrpo.alignment.FifoChunker`).
 
 Start-up is forward only (:func:`run_sub`): the prepared task set (read by the caller when the sub-agent
@@ -31,6 +32,7 @@ Decisions where the paper is silent:
 
 from __future__ import annotations
 
+import copy
 import json
 import signal
 import threading
@@ -89,15 +91,19 @@ def r_expert(task: dict[str, Any] | None, traj: Any) -> float:
 
 
 class StepLock:
-    """``server.lock`` held from the end of the sub role's rollout until its optimizer step is done and logged."""
+    """``server.lock`` held from the end of the sub role's rollout until its optimizer step is done and logged
+    (``sub.serve: locked``); with ``across_steps=False`` (``sub.serve: snapshot``, the service answers from its
+    own copy of the weights) it is never held across a step, only while :func:`publish_policy_version` copies
+    the new weights in."""
 
-    def __init__(self, lock: threading.Lock) -> None:
+    def __init__(self, lock: threading.Lock, across_steps: bool = True) -> None:
         self.lock = lock
+        self.across_steps = across_steps
         self.held = False
         self.wait_s = 0.0
 
     def hold(self) -> None:
-        if not self.held:
+        if self.across_steps and not self.held:
             t0 = time.perf_counter()
             self.lock.acquire()
             self.wait_s = time.perf_counter() - t0
@@ -396,7 +402,8 @@ def build_sub_trainer(cfg: TrainConfig, run_dir: Path, store: Any, server: Any, 
     ``resume_from`` = a checkpoint dir. Installs the trajectory spool on ``server.engine``."""
     from datasets import Dataset
 
-    step_lock = StepLock(server.lock)
+    snapshot = cfg.sub.serve == "snapshot"
+    step_lock = StepLock(server.lock, across_steps=not snapshot)
     position = None
     if resume_from is not None and (Path(resume_from) / STORE_POSITION_FILE).is_file():
         position = json.loads((Path(resume_from) / STORE_POSITION_FILE).read_text())["max_position"]
@@ -407,7 +414,12 @@ def build_sub_trainer(cfg: TrainConfig, run_dir: Path, store: Any, server: Any, 
     built: dict[str, Any] = {}  # the trainer, once built (the step callback pushes its weights)
 
     def on_step(step: int) -> None:
-        publish_policy_version(built["trainer"], server.engine, store, step)
+        if snapshot:  # the new weights into the service's copy, between two of its batches
+            with server.lock:
+                refresh_serving_weights(built["trainer"].model, server.engine.runtime.backend.model)
+                publish_policy_version(built["trainer"], server.engine, store, step)
+        else:
+            publish_policy_version(built["trainer"], server.engine, store, step)
         store.heartbeat("sub", {"step": step})
 
     class ReleaseAfterLog(trainer_callback_base()):  # type: ignore[misc]
@@ -439,6 +451,22 @@ def build_sub_trainer(cfg: TrainConfig, run_dir: Path, store: Any, server: Any, 
         callbacks=[make_step_recorder("sub", cfg, run_dir, stats, on_step), ReleaseAfterLog(), AckOnSave()],
         advantage_fn=resolve_advantage_fn(cfg.sub.advantage_fn))
     return built["trainer"]
+
+
+def serving_model(model: Any, cfg: TrainConfig) -> Any:
+    """The model the sub-agent service generates with: ``model`` itself (``sub.serve: locked``), or its own copy
+    (``snapshot``), so that requests are answered while the trainer updates ``model``."""
+    return copy.deepcopy(model).eval() if cfg.sub.serve == "snapshot" else model
+
+
+def refresh_serving_weights(trained: Any, serving: Any) -> None:
+    """Copy the trainer's weights into the service's copy (``sub.serve: snapshot``), in place: the backend's
+    prefix cache sees the parameters' version counters move and drops what the old weights computed."""
+    import torch
+
+    with torch.no_grad():
+        for dst, src in zip(serving.parameters(), trained.parameters(), strict=True):
+            dst.copy_(src)
 
 
 def publish_policy_version(trainer: Any, engine: Any, store: Any, step: int) -> None:
@@ -474,7 +502,8 @@ def run_sub(cfg: TrainConfig, run_tasks: RunTasks | None, run_dir: Path, store: 
     toolbox = build_toolbox(cfg, world_url)
     trainer: SubRoleTrainer | None = None
     stats = StepStats()
-    engine = SubAgentEngine(AgentRuntime(make_backend(model, tok, cfg.sub.vllm_url), tok), toolbox,
+    serving = serving_model(model, cfg) if spec.sub_trains else model
+    engine = SubAgentEngine(AgentRuntime(make_backend(serving, tok, cfg.sub.vllm_url), tok), toolbox,
                             cfg.rollout, seed=cfg.seed + 7)
     engine.runtime.policy_version = done
     server = SubAgentServer(engine, host=cfg.service.host, port=cfg.service.port)

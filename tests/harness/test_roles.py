@@ -286,7 +286,10 @@ def sub_setup(tmp_path):
         world = WorldServer(generate_world(seed=0, size="tiny")).start()
         toolbox = build_toolbox(cfg, world.base_url)
         model, tok = load_model_for("tiny", "sub_agent", cfg)
-        engine = SubAgentEngine(AgentRuntime(HFBackend(model, tok), tok), toolbox, cfg.rollout, seed=1)
+        from harness.role.sub import serving_model
+
+        engine = SubAgentEngine(AgentRuntime(HFBackend(serving_model(model, cfg), tok), tok), toolbox, cfg.rollout,
+                                seed=1)
         server = SubAgentServer(engine).start()
         run_dir = tmp_path / "run"
         run_dir.mkdir(exist_ok=True)
@@ -425,6 +428,53 @@ def test_a_sub_agent_request_waiting_on_the_step_lock_cannot_cost_a_step_its_rec
     trainer.step_lock.release = release_to_a_waiting_request
     trainer.train()
     assert [r.step for r in read_steps(run_dir / "sub" / "metrics.jsonl").records] == [1, 2]
+
+
+@pytest.mark.parametrize("serve", ["locked", "snapshot"])
+def test_with_snapshot_serving_the_service_answers_during_an_optimizer_step(sub_setup, serve):
+    """sub.serve (docs/performance.md): ``locked`` holds the service across each optimizer step; ``snapshot``
+    answers a request sent in the middle of a step (after the backward pass) from its copy of the weights, labelled
+    with the version before the step, and copies the new weights in after the step."""
+    import torch
+
+    from harness.role.common import PLANNER_DONE, StepStats, trainer_callback_base
+    from harness.role.sub import build_sub_trainer
+    from harness.rollout import SubTask
+    from harness.subagent_service import HTTPSubAgentClient
+
+    cfg, run_dir, store, server, model, tok, tasks = sub_setup("query", sub={"learning_rate": 1e-3, "serve": serve})
+    _play_planner(cfg, store, server, tasks, "qa@0.0.0", [1, 1], [1.0, 0.0])
+    _play_planner(cfg, store, server, tasks, "qc@1.0.0", [1, 1], [0.0, 1.0])
+    store.put_stat(PLANNER_DONE, {"step": 2})
+    trainer = build_sub_trainer(cfg, run_dir, store, server, model, tok, tasks, run_dir / "sub" / "checkpoints",
+                                StepStats())
+    seen = []
+
+    class MidStep(trainer_callback_base()):
+        def on_pre_optimizer_step(self, args, state, control, **kw):
+            held = trainer.step_lock.held
+            answer = None
+            if not held:  # with the lock held a request would wait for the step: not sent
+                task = tasks[sorted(tasks)[0]]["gold"]["subtasks"][0]["task"]
+                answer = HTTPSubAgentClient(server.url, timeout_s=60, retries=0).run([SubTask("mid", 0, 0, task, "")])
+            seen.append((state.global_step, held, answer))
+
+    trainer.add_callback(MidStep())
+    trainer.train()
+    assert [r.step for r in read_steps(run_dir / "sub" / "metrics.jsonl").records] == [1, 2]
+    serving = server.engine.runtime.backend.model
+    if serve == "locked":
+        assert [(s, held) for s, held, _ in seen] == [(0, True), (1, True)] and serving is model
+    else:
+        assert [(s, held) for s, held, _ in seen] == [(0, False), (1, False)] and serving is not model
+        assert [a[0].policy_version for _, _, a in seen] == [0, 1]  # the weights before each step
+        assert all(torch.equal(a, b) for a, b in zip(serving.parameters(), model.parameters()))  # refreshed
+    assert server.engine.runtime.policy_version == 2 and store.get_policy_version("sub") == 2
+
+
+def test_snapshot_serving_with_vllm_is_a_clear_error():
+    with pytest.raises(ConfigError, match=r"serve=snapshot needs the in-process hf backend"):
+        _cfg(Path("."), sub={"serve": "snapshot", "vllm_url": "http://127.0.0.1:8000"})
 
 
 def test_sub_role_alignment_none_uses_fifo_chunks_across_queries(sub_setup):
