@@ -44,9 +44,11 @@ def _collect(results, n: int, what: str, timeout: float = 120.0) -> list[tuple]:
 def test_many_writers_two_consumers_every_group_exactly_once(store_url):
     ctx = mp.get_context("spawn")
     run_id = f"mp-{uuid.uuid4().hex[:10]}"
-    results, writers_done = ctx.Queue(), ctx.Event()
+    results, writers_done, ready = ctx.Queue(), ctx.Event(), ctx.Queue()
     consumers = [
-        ctx.Process(target=store_workers.consumer, args=(store_url, run_id, f"c{i}", "sub", K, writers_done, results))
+        ctx.Process(
+            target=store_workers.consumer, args=(store_url, run_id, f"c{i}", "sub", K, writers_done, ready, results)
+        )
         for i in range(N_CONSUMERS)
     ]
     writers = [
@@ -55,7 +57,18 @@ def test_many_writers_two_consumers_every_group_exactly_once(store_url):
     ]
     procs = consumers + writers
     try:
-        for p in procs:
+        # Concurrent workers of one consumer name must all be open before the first group is taken
+        # (mgrpo.store, "Resume"): a handle opened later takes unacked groups as a restarted process
+        # would. A CI run where one consumer started late saw exactly that ("q00021: delivered 2 times").
+        for p in consumers:
+            p.start()
+        for _ in consumers:
+            try:
+                ready.get(timeout=120)
+            except queue.Empty:
+                _collect(results, N_CONSUMERS, "consumer", timeout=1)  # shows a consumer's traceback
+                raise AssertionError("a consumer process did not open the store within 120 s") from None
+        for p in writers:
             p.start()
         writer_reports = _collect(results, N_WRITERS, "writer")
         for p in writers:

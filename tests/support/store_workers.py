@@ -65,13 +65,18 @@ def writer(url: str, run_id: str, worker: int, n_workers: int, n_groups: int, k:
         out.put(("writer", worker, n, traceback.format_exc()))
 
 
-def consumer(url: str, run_id: str, name: str, consumer_name: str, k: int, writers_done, out) -> None:
-    """Take and ack groups until the writers are done and nothing is left; report
-    ``("consumer", name, taken_query_ids, problems, error)``."""
+def consumer(url: str, run_id: str, name: str, consumer_name: str, k: int, writers_done, ready, out) -> None:
+    """Open the store and put ``name`` on ``ready``; then take and ack groups until the writers are
+    done and nothing is left; report ``("consumer", name, taken_query_ids, problems, error)``.
+
+    The parent starts the writers only once every consumer is open: by the store's resume rule, a
+    handle opened after another live handle took a group treats that group as abandoned by a
+    restarted process and takes it again (``mgrpo.store``, "Resume")."""
     taken: list[str] = []
     problems: list[str] = []
     try:
         store = open_store(url, run_id=run_id)
+        ready.put(name)
         while True:
             try:
                 g = store.take_next_group(0.5, consumer=consumer_name)
