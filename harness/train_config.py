@@ -289,12 +289,16 @@ class StoreSection:
 
     url: str | None = help_field(None, "sqlite:///path or redis://host:port/db; null = sqlite in the run dir")
     group_timeout_s: float = help_field(600.0, "how long the sub role waits for the next complete query group")
+    retry_s: float = help_field(30.0, "redis: how long a role keeps retrying while the store cannot be reached (a "
+                                "restart, a network cut) before it stops with an error (sqlite: a write waits up to 30 s for a lock)")
 
     def validate(self) -> None:
         if self.url is not None and not self.url.startswith(("sqlite:///", "redis://", "rediss://")):
             raise ConfigError(f"store.url={self.url!r}: use sqlite:///path/store.db or redis://host:port/db")
         if self.group_timeout_s <= 0:
             raise ConfigError("store.group_timeout_s must be > 0")
+        if self.retry_s < 0:
+            raise ConfigError(f"store.retry_s={self.retry_s} must be >= 0 seconds (0 = no retry)")
 
 
 @dataclass

@@ -3,7 +3,11 @@
 Reads, in this order and nothing twice: the run config (``--config``, ``key=value`` overrides), the prepared
 task set (``--tasks``, default ``<run-dir>/tasks``; :mod:`harness.role.tasks`), then hands over to
 :func:`harness.role.planner.run_planner` or :func:`harness.role.sub.run_sub` (models -> tools -> trainer).
-A bad config or task set is a one-line error with exit status 2.
+A bad config or task set is a one-line error with exit status 2. A store that fails past its retry budget
+(``store.retry_s``; Redis down, SQLite locked) stops the role with exit status 3 and one line naming the
+store URL, the step in progress and how to continue (:func:`store_failure`): every store write is one
+atomic transaction or script, so nothing is half-applied, and ``--resume`` continues without losing or
+repeating a group (docs/training.md, "Checkpoints and resume").
 """
 
 from __future__ import annotations
@@ -17,8 +21,24 @@ from baselines import get_trainer
 from harness.config import ConfigError
 from harness.role.common import load_role_config, store_url
 from harness.role.planner import run_planner
+from harness.records import RunPaths, read_steps
 from harness.role.tasks import read_run_tasks
-from mgrpo.store import open_store
+from mgrpo.store import StoreError, open_store, redact_url
+
+#: Exit status of a role stopped by its store (2 is a bad config or task set).
+STORE_FAILED = 3
+
+
+def store_failure(role: str, run_dir: Path, url: str, exc: Exception) -> str:
+    """The one-line message of a role stopped by a store error: the store, the step in progress, what next."""
+    try:
+        done = [r.step for r in read_steps(RunPaths(run_dir).metrics(role), tolerate_truncated_tail=True).records]
+    except (OSError, ValueError):
+        done = []
+    where = f"in step {max(done) + 1} (steps up to {max(done)} recorded)" if done else "before its first step"
+    return (f"error: the {role} role stopped {where} on store {redact_url(url)}: {exc}. Every store write is "
+            "all or nothing, so no group is half-applied; once the store is back, continue with "
+            f"python -m harness train --resume {run_dir}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,15 +70,21 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(cfg.threads)
 
-    store = open_store(args.store or store_url(cfg, run_dir), run_id=run_dir.name)
+    url = args.store or store_url(cfg, run_dir)
+    store = None
     try:
+        store = open_store(url, run_id=run_dir.name, retry_s=cfg.store.retry_s)
         if args.role == "planner":
             return run_planner(cfg, tasks, run_dir, store, args.world_url, args.sub_url, args.resume)
         from harness.role.sub import run_sub  # lazy: torch/TRL; after the role's config and tasks
 
         return run_sub(cfg, tasks, run_dir, store, args.world_url, args.resume)
+    except StoreError as exc:
+        print(store_failure(args.role, run_dir, url, exc), file=sys.stderr, flush=True)
+        return STORE_FAILED
     finally:
-        store.close()
+        if store is not None:
+            store.close()
 
 
 if __name__ == "__main__":

@@ -71,8 +71,9 @@ Public API: :func:`open_store` -> :class:`Store` (:class:`SqliteStore`, :class:`
 ``declare_group``, ``upsert_rollout(s)``, ``upsert_sub_call(s)``, ``get_rollouts``, ``get_sub_calls``,
 ``get_group``, ``group_progress``, ``take_next_group``, ``ack_group``, ``consumed_groups``,
 ``pending_groups``, ``heartbeat(s)``, ``set/get_policy_version``, ``put/get_stat``, ``now``,
-``close``; records :class:`RolloutRecord`, :class:`SubCallRecord`; results :class:`Group`,
-:class:`ConsumedGroup`, :class:`GroupProgress`, :class:`Heartbeat`; errors under :class:`StoreError`.
+``close``; :func:`redact_url` (a store URL without its password, for messages); records
+:class:`RolloutRecord`, :class:`SubCallRecord`; results :class:`Group`, :class:`ConsumedGroup`,
+:class:`GroupProgress`, :class:`Heartbeat`; errors under :class:`StoreError`.
 
 Decisions the docs leave open:
 
@@ -90,7 +91,7 @@ Decisions the docs leave open:
 
 from __future__ import annotations
 
-from mgrpo.store.base import Store
+from mgrpo.store.base import Store, redact_url
 from mgrpo.store.errors import (
     GroupSizeError,
     GroupStateError,
@@ -132,4 +133,5 @@ __all__ = [
     "StoreUnavailable",
     "SubCallRecord",
     "open_store",
+    "redact_url",
 ]

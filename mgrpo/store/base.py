@@ -85,7 +85,7 @@ def _plural(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """The URL without its password (for messages)."""
     try:
         parts = urllib.parse.urlsplit(url)
@@ -323,13 +323,13 @@ class Store(abc.ABC):
         self.close()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(url={_redact(self.url)!r}, run_id={self.run_id!r})"
+        return f"{type(self).__name__}(url={redact_url(self.url)!r}, run_id={self.run_id!r})"
 
     # ---- the StoreTimeout message
     def _describe_wait(self, consumer: str, timeout: float) -> str:
         head = (
             f"no complete group for consumer {consumer!r} of run {self.run_id!r} within "
-            f"{float(timeout):.1f} s (store {_redact(self.url)})"
+            f"{float(timeout):.1f} s (store {redact_url(self.url)})"
         )
         try:
             progress = self.group_progress()

@@ -12,6 +12,16 @@ timestamps use the server clock (``TIME``), so ages are comparable across nodes.
 never expired by the store; delete a finished run's ``mgrpo:{<run_id>}:*`` keys when it is no
 longer needed.
 
+**Outages.** Every call is retried with backoff (0.05 s doubling to 1 s) while Redis cannot be reached,
+for up to ``retry_s`` seconds (default :data:`RETRY_S`), so a Redis restart or a short network cut costs a
+role a pause, not its run; past the budget the call raises :class:`StoreUnavailable` naming host:port, the
+seconds waited and the attempts. Retrying is safe because every write is idempotent (upserts replace,
+an ack of a done group is a no-op) except taking a group, which carries a request id: a retried take
+whose first attempt ran on the server (the reply was lost) hands back the group that attempt took
+instead of taking another. After a reconnection the run's keys are checked: a Redis that came back
+without them (restarted without persistence) is refused with a message saying so. A restart keeps the
+run only with persistence on (``appendonly yes``; docs/training.md, "Two-node GPU cluster").
+
 The API and its checks are :class:`mgrpo.store.base.Store`'s; this module holds the key layout,
 the scripts and the mapping of redis-py's errors onto the store's.
 """
@@ -20,8 +30,8 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, Sequence
+import uuid
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from mgrpo.store.base import Store
 from mgrpo.store.errors import (
@@ -36,6 +46,12 @@ from mgrpo.store.errors import (
     _range_msg,
     _unknown_k_msg,
 )
+
+#: Default seconds a call keeps retrying while Redis cannot be reached (a restart takes about 1 s plus
+#: loading its append-only file).
+RETRY_S = 30.0
+
+T = TypeVar("T")
 from mgrpo.store.records import (
     SCHEMA_VERSION,
     ConsumedGroup,
@@ -101,7 +117,18 @@ return completed
 
 _LUA_TAKE = """
 local P, consumer, owner, ticket, schema = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local request = ARGV[6]
 local C = P .. ':c:' .. consumer
+-- A retried call whose first attempt took a group (its reply was lost): hand that group back.
+local last = redis.call('HGET', C .. ':request', owner)
+if last then
+  local r = cjson.decode(last)
+  local enc = (r.request == request) and redis.call('HGET', C .. ':taken', r.qid) or nil
+  if enc then
+    return {r.qid, enc, redis.call('HGET', P .. ':k', r.qid), redis.call('HGET', P .. ':done', r.qid),
+            redis.call('HGETALL', P .. ':ro:' .. r.qid), redis.call('HGETALL', P .. ':sc:' .. r.qid)}
+  end
+end
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) + tonumber(tm[2]) / 1000000
 local qid, info = nil, nil
@@ -147,6 +174,7 @@ info.ticket = t
 info.taken_at = string.format('%.6f', now)
 local enc = cjson.encode(info)
 redis.call('HSET', C .. ':taken', qid, enc)
+redis.call('HSET', C .. ':request', owner, cjson.encode({request = request, qid = qid}))
 return {qid, enc, redis.call('HGET', P .. ':k', qid), redis.call('HGET', P .. ':done', qid), ro, sc}
 """
 
@@ -190,8 +218,10 @@ class RedisStore(Store):
         password: str | None = None,
         ssl: bool = False,
         connect_timeout_s: float = 3.0,
+        retry_s: float = RETRY_S,
     ) -> None:
         super().__init__(url, run_id)
+        self.retry_s = float(retry_s)
         # Imported here: redis-py costs ~0.25 s to import, and sqlite-only processes never need it.
         import redis
         from redis.backoff import ExponentialBackoff
@@ -211,25 +241,36 @@ class RedisStore(Store):
             self._connect(probe, connect_timeout_s)
         finally:
             probe.close()
-        self._r = redis.Redis(
-            **kwargs, socket_connect_timeout=2.0, socket_timeout=30.0,
-            retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
-        )
+        self._connected = False  # set at every (re)connection of a pooled connection; _call checks the run after it
+
+        def on_connect(conn: Any) -> None:
+            conn.on_connect_check_health(check_health=True)
+            self._connected = True
+
+        # No redis-py retries: _call owns them (a blind re-send of the take script could take twice). redis-py
+        # reconnects a stale pooled connection by itself, hence the hook that tells _call it happened.
+        self._r = redis.Redis(**kwargs, socket_connect_timeout=2.0, socket_timeout=30.0,
+                              retry=Retry(ExponentialBackoff(), 0), redis_connect_func=on_connect)
         self._s_declare = self._r.register_script(_LUA_DECLARE)
         self._s_upsert = self._r.register_script(_LUA_UPSERT_ROLLOUTS)
         self._s_take = self._r.register_script(_LUA_TAKE)
         self._s_ack = self._r.register_script(_LUA_ACK)
         self._s_heartbeat = self._r.register_script(_LUA_HEARTBEAT)
-        with self._errors():
-            meta = self._prefix + ":meta"
+        meta = self._prefix + ":meta"
+
+        def init() -> str | None:
             self._r.hsetnx(meta, "schema", str(SCHEMA_VERSION))
-            found = self._r.hget(meta, "schema")
-            if found != str(SCHEMA_VERSION):
-                raise SchemaVersionError(
-                    f"redis run {run_id!r} at {host}:{port}/{db} has layout schema version {found}, this "
-                    f"code reads version {SCHEMA_VERSION}; use a new run_id or the version that wrote it"
-                )
-            self._open_ticket = int(self._r.get(self._prefix + ":ticket") or 0)
+            return self._r.hget(meta, "schema")
+
+        self._opened = False  # the run's keys are not checked after a reconnection before they exist
+        found = self._call(init)
+        if found != str(SCHEMA_VERSION):
+            raise SchemaVersionError(
+                f"redis run {run_id!r} at {host}:{port}/{db} has layout schema version {found}, this "
+                f"code reads version {SCHEMA_VERSION}; use a new run_id or the version that wrote it"
+            )
+        self._open_ticket = int(self._call(lambda: self._r.get(self._prefix + ":ticket")) or 0)
+        self._opened = True
 
     def _connect(self, probe: Any, budget_s: float) -> None:
         start = time.monotonic()
@@ -261,19 +302,41 @@ class RedisStore(Store):
             time.sleep(delay)
             delay *= 2
 
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        """Map redis-py errors onto the store's errors (messages naming host:port and the cause)."""
+    def _call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` (one or more Redis commands), retrying while Redis cannot be reached for up to
+        ``retry_s`` seconds (module docstring, "Outages"); map redis-py's errors onto the store's."""
         r = self._redis_mod
-        try:
-            yield
-        except (r.ConnectionError, r.TimeoutError) as exc:
+        start, delay, attempts = time.monotonic(), 0.05, 0
+        while True:
+            attempts += 1
+            try:
+                out = fn()
+                if self._connected and self._opened:
+                    self._check_run_survived()
+                self._connected = False
+                return out
+            except (r.ConnectionError, r.TimeoutError) as exc:  # BusyLoadingError is a ConnectionError
+                elapsed = time.monotonic() - start
+                if elapsed + delay > self.retry_s:
+                    raise StoreUnavailable(
+                        f"lost Redis at {self.host}:{self.port} (db {self.db}) for {elapsed:.1f} s "
+                        f"({attempts} attempts, retry budget {self.retry_s:g} s): {str(exc).rstrip('.')}. "
+                        "Check that redis-server is running and reachable "
+                        f"(redis-cli -h {self.host} -p {self.port} ping)"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+            except r.ResponseError as exc:
+                raise self._script_error(str(exc)) from None
+
+    def _check_run_survived(self) -> None:
+        """After a reconnection: the run's keys must still be there (a restart without persistence loses them)."""
+        if not self._r.hexists(self._prefix + ":meta", "schema"):
             raise StoreUnavailable(
-                f"lost Redis at {self.host}:{self.port} (db {self.db}): {exc}. Check that redis-server "
-                "is still running and reachable"
-            ) from None
-        except r.ResponseError as exc:
-            raise self._script_error(str(exc)) from None
+                f"Redis at {self.host}:{self.port} (db {self.db}) came back without run {self.run_id!r}: "
+                "it was restarted without persistence (or flushed), and the run's groups are gone. Turn on "
+                "persistence (redis-server --appendonly yes) and start the run again"
+            )
 
     def _script_error(self, msg: str) -> Exception:
         """Turn a script's coded error reply into the store's error with a full message."""
@@ -298,50 +361,52 @@ class RedisStore(Store):
 
     # ---- records
     def _declare_group(self, query_id: str, k: int) -> None:
-        with self._errors():
-            self._s_declare(args=[self._prefix, query_id, k])
+        self._call(lambda: self._s_declare(args=[self._prefix, query_id, k]))
 
     def _upsert_rollouts(self, records: list[RolloutRecord], group_size: int | None) -> list[str]:
         args: list[Any] = [self._prefix, "" if group_size is None else str(group_size)]
         for r in records:
             args += [r.query_id, r.rollout, r.to_json()]
-        with self._errors():  # one script: validated as a whole, then written as a whole
-            return list(self._s_upsert(args=args))
+        # one script: validated as a whole, then written as a whole
+        return list(self._call(lambda: self._s_upsert(args=args)))
 
     def _upsert_sub_calls(self, records: list[SubCallRecord]) -> None:
         by_query: dict[str, dict[str, str]] = {}
         for r in records:
             by_query.setdefault(r.query_id, {})[f"{r.rollout}:{r.call}"] = r.to_json()
-        with self._errors():  # one HSET per query (each atomic by itself), pipelined: one round trip
+
+        def write() -> None:  # one HSET per query (each atomic by itself), pipelined: one round trip
             pipe = self._r.pipeline(transaction=False)
             for qid, mapping in by_query.items():
                 pipe.hset(self._key("sc", qid), mapping=mapping)
             pipe.execute()
 
+        self._call(write)
+
     def get_rollouts(self, query_id: str) -> list[RolloutRecord]:
-        with self._errors():
-            flat = self._r.hgetall(self._key("ro", query_id))
+        flat = self._call(lambda: self._r.hgetall(self._key("ro", query_id)))
         return self._decode_rollouts(query_id, _rollout_rows(flat))
 
     def get_sub_calls(self, query_id: str) -> list[SubCallRecord]:
-        with self._errors():
-            flat = self._r.hgetall(self._key("sc", query_id))
+        flat = self._call(lambda: self._r.hgetall(self._key("sc", query_id)))
         return self._decode_sub_calls(query_id, _sub_call_rows(flat))
 
     def get_group(self, query_id: str) -> Group:
-        with self._errors():
+        def read() -> list[Any]:
             pipe = self._r.pipeline(transaction=True)  # MULTI/EXEC: one consistent snapshot
             pipe.hget(self._key("k"), query_id)
             pipe.hget(self._key("done"), query_id)
             pipe.hgetall(self._key("ro", query_id))
             pipe.hgetall(self._key("sc", query_id))
-            k, seq, ro, sc = pipe.execute()
+            return pipe.execute()
+
+        k, seq, ro, sc = self._call(read)
         if seq is None:
             raise GroupStateError(_not_complete_msg(self.run_id, query_id, len(ro), int(k) if k else None))
         return self._make_group(query_id, k, seq, _rollout_rows(ro), _sub_call_rows(sc))
 
     def group_progress(self) -> dict[str, GroupProgress]:
-        with self._errors():
+        def read() -> tuple[dict[str, str], dict[str, str], list[str], list[int]]:
             pipe = self._r.pipeline(transaction=True)
             pipe.hgetall(self._key("k"))
             pipe.hgetall(self._key("done"))
@@ -353,14 +418,19 @@ class RedisStore(Store):
                 for q in pending:
                     pipe.hlen(self._key("ro", q))
                 counts = pipe.execute()
+            return ks, done, pending, counts
+
+        ks, done, pending, counts = self._call(read)
         out = {q: GroupProgress(int(k), int(k), True) for q, k in ks.items() if q in done}
         out.update({q: GroupProgress(int(n), int(ks[q]), False) for q, n in zip(pending, counts)})
         return out
 
     # ---- consumption
     def _try_take(self, consumer: str) -> Group | None:
-        with self._errors():
-            res = self._s_take(args=[self._prefix, consumer, self.session, self._open_ticket, SCHEMA_VERSION])
+        request = uuid.uuid4().hex  # the same id on every retry of this call (module docstring, "Outages")
+        res = self._call(lambda: self._s_take(
+            args=[self._prefix, consumer, self.session, self._open_ticket, SCHEMA_VERSION, request]
+        ))
         if res is None:
             return None
         qid, enc, k, seq, ro, sc = res
@@ -371,17 +441,19 @@ class RedisStore(Store):
         )
 
     def _ack_group(self, query_id: str, consumer: str) -> bool:
-        with self._errors():
-            return bool(self._s_ack(args=[self._prefix, consumer, query_id]))
+        return bool(self._call(lambda: self._s_ack(args=[self._prefix, consumer, query_id])))
 
     def _consumed_groups(self, consumer: str) -> list[ConsumedGroup]:
         c = self._key("c", consumer)
-        with self._errors():
+
+        def read() -> list[Any]:
             pipe = self._r.pipeline(transaction=True)
             pipe.lrange(c + ":log", 0, -1)
             pipe.hgetall(c + ":taken")
             pipe.hgetall(c + ":acked")
-            log, taken, acked = pipe.execute()
+            return pipe.execute()
+
+        log, taken, acked = self._call(read)
         out = []
         for qid in log:
             state, enc = ("taken", taken[qid]) if qid in taken else ("done", acked[qid])
@@ -396,12 +468,10 @@ class RedisStore(Store):
 
     # ---- roles
     def _heartbeat(self, role: str, info_json: str) -> None:
-        with self._errors():
-            self._s_heartbeat(args=[self._prefix, role, info_json])
+        self._call(lambda: self._s_heartbeat(args=[self._prefix, role, info_json]))
 
     def heartbeats(self) -> dict[str, Heartbeat]:
-        with self._errors():
-            flat = self._r.hgetall(self._key("hb"))
+        flat = self._call(lambda: self._r.hgetall(self._key("hb")))
         out = {}
         for role, enc in flat.items():
             d = json.loads(enc)
@@ -409,24 +479,19 @@ class RedisStore(Store):
         return out
 
     def _set_policy_version(self, role: str, version: int) -> None:
-        with self._errors():
-            self._r.hset(self._key("pv"), role, version)
+        self._call(lambda: self._r.hset(self._key("pv"), role, version))
 
     def _get_policy_version(self, role: str) -> str | None:
-        with self._errors():
-            return self._r.hget(self._key("pv"), role)
+        return self._call(lambda: self._r.hget(self._key("pv"), role))
 
     def _put_stat(self, key: str, value_json: str) -> None:
-        with self._errors():
-            self._r.hset(self._key("stats"), key, value_json)
+        self._call(lambda: self._r.hset(self._key("stats"), key, value_json))
 
     def _get_stat(self, key: str) -> str | None:
-        with self._errors():
-            return self._r.hget(self._key("stats"), key)
+        return self._call(lambda: self._r.hget(self._key("stats"), key))
 
     def now(self) -> float:
-        with self._errors():
-            sec, usec = self._r.time()
+        sec, usec = self._call(self._r.time)
         return sec + usec / 1e6
 
     def close(self) -> None:

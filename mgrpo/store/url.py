@@ -14,9 +14,9 @@ from __future__ import annotations
 import urllib.parse
 from pathlib import Path
 
-from mgrpo.store.base import Store, _check_run_id, _redact
+from mgrpo.store.base import Store, _check_run_id, redact_url
 from mgrpo.store.errors import StoreURLError
-from mgrpo.store.redis import RedisStore
+from mgrpo.store.redis import RETRY_S, RedisStore
 from mgrpo.store.sqlite import SqliteStore
 
 ACCEPTED_URL_FORMS = (
@@ -32,19 +32,21 @@ def open_store(
     run_id: str,
     connect_timeout_s: float = 3.0,
     busy_timeout_s: float = 30.0,
+    retry_s: float = RETRY_S,
 ) -> Store:
     """Open the shared store of run ``run_id`` at ``url`` (see :data:`ACCEPTED_URL_FORMS`).
 
     ``connect_timeout_s`` bounds how long an unreachable Redis is retried (with backoff) before
-    :class:`StoreUnavailable`; ``busy_timeout_s`` how long a SQLite write waits for another process's
-    transaction. A malformed URL raises :class:`StoreURLError` (a ``ValueError``).
+    :class:`StoreUnavailable` when the store is opened, ``retry_s`` how long a later call keeps retrying
+    while Redis cannot be reached (a restart, a network cut); ``busy_timeout_s`` how long a SQLite write
+    waits for another process's transaction. A malformed URL raises :class:`StoreURLError` (a ``ValueError``).
     """
     _check_run_id(run_id)
     if not isinstance(url, str):
         raise StoreURLError(f"store URL must be a str, got {type(url).__name__}. Accepted forms: {ACCEPTED_URL_FORMS}")
 
     def bad(why: str) -> StoreURLError:
-        return StoreURLError(f"unsupported store URL {_redact(url)!r}: {why}. Accepted forms: {ACCEPTED_URL_FORMS}")
+        return StoreURLError(f"unsupported store URL {redact_url(url)!r}: {why}. Accepted forms: {ACCEPTED_URL_FORMS}")
 
     if url.startswith("sqlite:"):
         if not url.startswith("sqlite:///"):
@@ -82,4 +84,5 @@ def open_store(
         password=urllib.parse.unquote(parts.password) if parts.password else None,
         ssl=parts.scheme == "rediss",
         connect_timeout_s=connect_timeout_s,
+        retry_s=retry_s,
     )

@@ -507,13 +507,98 @@ def test_redis_bad_database_number_is_refused_clearly(redis_server):
 
 
 @pytest.mark.redis
-def test_redis_lost_connection_is_store_unavailable(redis_server):
+def test_redis_down_past_the_retry_budget_names_the_server_and_the_wait(redis_server):
     from tests.support.redis_server import RedisServer
 
     with RedisServer() as private:
-        store = open_store(private.url(), run_id="r")
+        store = open_store(private.url(), run_id="r", retry_s=1.0)
         store.heartbeat("planner")
-        private.stop()
-        with pytest.raises(StoreUnavailable, match=rf"lost Redis at 127.0.0.1:{private.port}"):
+        private.kill()
+        start = time.monotonic()
+        with pytest.raises(StoreUnavailable) as info:
             store.heartbeat("planner")
+        waited = time.monotonic() - start
+        msg = str(info.value)
+        assert f"lost Redis at 127.0.0.1:{private.port} (db 0) for " in msg and "retry budget 1 s" in msg, msg
+        assert "attempts" in msg and "redis-server is running" in msg
+        assert 0.5 <= waited < 10.0  # it did retry, and gave up within the budget (plus one attempt)
+        store.close()
+
+
+@pytest.mark.redis
+def test_a_redis_restart_within_the_retry_budget_loses_and_repeats_nothing(redis_server):
+    """Redis is killed and restarted (append-only file) while a writer and a consumer keep working:
+    every call waits it out, every group is complete and handed out once, in completion order."""
+    import threading
+
+    from tests.support.redis_server import RedisServer
+
+    with RedisServer(persistent=True) as private:
+        writer = open_store(private.url(), run_id="r", retry_s=20.0)
+        consumer = open_store(private.url(), run_id="r", retry_s=20.0)
+        fill(writer, "q00", 2)
+        taken = [consumer.take_next_group(5).query_id]
+        restarted = threading.Event()
+
+        def crash_and_restart() -> None:
+            private.restart(down_s=1.0)
+            restarted.set()
+
+        t = threading.Thread(target=crash_and_restart)
+        t.start()
+        for i in range(1, 6):  # these calls straddle the outage
+            fill(writer, f"q{i:02d}", 2)
+            writer.heartbeat("planner", {"step": i})
+            taken.append(consumer.take_next_group(30).query_id)
+            consumer.ack_group(taken[-1])
+        t.join(30)
+        assert restarted.is_set()
+        assert taken == [f"q{i:02d}" for i in range(6)]
+        log = consumer.consumed_groups()
+        assert [(c.query_id, c.position, c.deliveries) for c in log] == [(q, i + 1, 1) for i, q in enumerate(taken)]
+        assert all(p.complete for p in writer.group_progress().values()) and len(writer.group_progress()) == 6
+        writer.close()
+        consumer.close()
+
+
+@pytest.mark.redis
+def test_a_redis_that_comes_back_without_the_run_is_refused(redis_server):
+    from tests.support.redis_server import RedisServer
+
+    with RedisServer() as private:  # no persistence: a restart loses everything
+        store = open_store(private.url(), run_id="r", retry_s=20.0)
+        fill(store, "q1", 2)
+        private.restart(down_s=0.2)
+        with pytest.raises(StoreUnavailable, match=r"came back without run 'r'.*appendonly yes"):
+            store.heartbeat("planner")
+        store.close()
+
+
+@pytest.mark.redis
+def test_a_retried_take_whose_reply_was_lost_hands_back_the_same_group(redis_url, monkeypatch):
+    """The take script ran on the server but its reply never arrived (connection dropped): the retry
+    with the same request id gets that group, not a second one, so no group is left taken and unseen."""
+    import redis
+
+    store = open_store(redis_url, run_id=f"lost-{uuid.uuid4().hex[:8]}", retry_s=5.0)
+    try:
+        for q in ("q1", "q2", "q3"):
+            fill(store, q, 2)
+        real, calls = store._s_take, []
+
+        def reply_lost_once(*args, **kwargs):
+            out = real(*args, **kwargs)
+            calls.append(kwargs["args"][-1])
+            if len(calls) == 1:
+                raise redis.ConnectionError("simulated: connection dropped before the reply")
+            return out
+
+        monkeypatch.setattr(store, "_s_take", reply_lost_once)
+        g1 = store.take_next_group(5)
+        assert calls[0] == calls[1]  # the retry carried the same request id
+        g2 = store.take_next_group(5)
+        assert (g1.query_id, g1.position, g1.deliveries) == ("q1", 1, 1)
+        assert (g2.query_id, g2.position, g2.deliveries) == ("q2", 2, 1)
+        assert [(c.query_id, c.state) for c in store.consumed_groups()] == [("q1", "taken"), ("q2", "taken")]
+    finally:
         store.close()

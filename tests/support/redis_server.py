@@ -7,7 +7,9 @@ Usage::
         url = server.url(db=0)         # "redis://127.0.0.1:<port>/0"
 
 The server runs in a temporary directory with ``--save "" --appendonly no`` (nothing written to
-disk), is bound to 127.0.0.1 only, and is shut down (then killed if it does not exit) on leaving the
+disk; ``RedisServer(persistent=True)``: an append-only file synced at every write, so that
+``restart()`` -- SIGKILL, then a new server on the same port and directory -- keeps the data, as a
+production Redis with ``appendonly yes`` would), is bound to 127.0.0.1 only, and is shut down (then killed if it does not exit) on leaving the
 context. Start-up failures raise :class:`RedisServerError` with the tail of the server log.
 """
 
@@ -42,7 +44,7 @@ def free_port() -> int:
 class RedisServer:
     """A ``redis-server`` child process on a free loopback port, in a temporary directory."""
 
-    def __init__(self, binary: str | None = None, startup_timeout_s: float = 15.0) -> None:
+    def __init__(self, binary: str | None = None, startup_timeout_s: float = 15.0, persistent: bool = False) -> None:
         self.binary = binary or redis_server_binary()
         if self.binary is None:
             raise RedisServerError(
@@ -50,6 +52,7 @@ class RedisServer:
                 "it is needed for the Redis store tests"
             )
         self.startup_timeout_s = startup_timeout_s
+        self.persistent = persistent
         self.host = "127.0.0.1"
         self.port: int | None = None
         self._proc: subprocess.Popen | None = None
@@ -76,14 +79,7 @@ class RedisServer:
         # The free port can be taken between the probe and the bind: retry with a new one.
         for _ in range(3):
             self.port = free_port()
-            self._proc = subprocess.Popen(
-                [
-                    self.binary, "--port", str(self.port), "--bind", self.host,
-                    "--save", "", "--appendonly", "no", "--dir", self._dir.name,
-                    "--logfile", str(self.log_path), "--daemonize", "no", "--protected-mode", "yes",
-                ],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )
+            self._spawn()
             if self._wait_ready():
                 return self
             self._kill()
@@ -92,6 +88,36 @@ class RedisServer:
         raise RedisServerError(
             f"redis-server did not become ready on {self.host} (3 ports tried); log tail:\n{log}"
         )
+
+    def _spawn(self) -> None:
+        assert self._dir is not None and self.port is not None
+        persistence = ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else ["--appendonly", "no"]
+        self._proc = subprocess.Popen(
+            [
+                self.binary, "--port", str(self.port), "--bind", self.host, "--save", "", *persistence,
+                "--dir", self._dir.name, "--logfile", str(self.log_path), "--daemonize", "no",
+                "--protected-mode", "yes",
+            ],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash): clients see connection errors until :meth:`revive`."""
+        self._kill()
+
+    def revive(self) -> None:
+        """Start the server again on the same port and directory (a persistent one reloads its data)."""
+        if self._proc is not None and self._proc.poll() is None:
+            raise RedisServerError("the server is still running")
+        self._spawn()
+        if not self._wait_ready():
+            raise RedisServerError(f"redis-server did not come back on port {self.port}; log tail:\n{self._log_tail()}")
+
+    def restart(self, down_s: float = 0.0) -> None:
+        """:meth:`kill`, stay down ``down_s`` seconds, then :meth:`revive`."""
+        self.kill()
+        time.sleep(down_s)
+        self.revive()
 
     def _wait_ready(self) -> bool:
         deadline = time.monotonic() + self.startup_timeout_s
