@@ -131,3 +131,23 @@ def test_model_checks_follow_what_each_trainer_loads(tmp_path):
         check_models(cfg("frozen_sub", sub="/nonexistent/sub"), run, resume=True)
     with pytest.raises(ConfigError, match=r"^models\.planner="):
         check_models(cfg("mgrpo", planner="/nonexistent/planner"), run, resume=True)
+
+
+def test_a_role_stopped_by_its_store_names_the_store_the_step_and_how_to_continue(tmp_path):
+    """harness/role/__main__.py: one line with the step in progress (from the role's records), the store URL
+    without its password, the store's own error, and the resume command."""
+    from harness.role.__main__ import STORE_FAILED, store_failure
+    from mgrpo.store import StoreUnavailable
+
+    run = tmp_path / "run"
+    exc = StoreUnavailable("lost Redis at h:6379 (db 0) for 30.1 s (12 attempts, retry budget 30 s): refused")
+    url = "redis://:s3cret@h:6379/0"
+    assert store_failure("planner", run, url, exc) == (
+        "error: the planner role stopped before its first step on store redis://:***@h:6379/0: " + str(exc)
+        + ". Every store write is all or nothing, so no group is half-applied; once the store is back, continue "
+        f"with python -m harness train --resume {run}")
+    _step(run, "planner", 1, 0.25)
+    _step(run, "planner", 2, 0.5)
+    msg = store_failure("planner", run, url, exc)
+    assert "stopped in step 3 (steps up to 2 recorded) on store" in msg and "s3cret" not in msg
+    assert STORE_FAILED == 3  # 2 is a bad config or task set

@@ -482,6 +482,25 @@ def test_sqlite_failing_write_leaves_nothing_half_written(tmp_path, monkeypatch)
         store.close()
 
 
+def test_sqlite_locked_past_its_busy_timeout_is_a_clear_error_and_writes_nothing(tmp_path):
+    url = f"sqlite:///{tmp_path}/store.db"
+    store = open_store(url, run_id="r", busy_timeout_s=1.0)
+    try:
+        blocker = sqlite3.connect(str(tmp_path / "store.db"), isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # another process holding a write transaction (a hung role)
+        start = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=r"sqlite store .*store\.db stayed locked for 1 s.*hung role"):
+            store.upsert_rollouts([rec("q1", 0), rec("q1", 1)], group_size=2)
+        assert time.monotonic() - start < 10.0
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        assert store.group_progress() == {}  # nothing of the refused write landed
+        store.upsert_rollouts([rec("q1", 0), rec("q1", 1)], group_size=2)  # and the store works again
+        assert store.take_next_group(1).query_id == "q1"
+    finally:
+        store.close()
+
+
 def test_sqlite_unwritable_location(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
