@@ -14,21 +14,36 @@ is allowed, still never another scheme.
 Deliberate additions:
 
 * with ``allow_all_hosts`` the loopback, private, link-local (cloud metadata) and other
-  non-global IP *literals* are refused by default (``block_private_networks``), so an agent on
-  a cluster cannot reach internal services by typing an address. Host *names* are not resolved
-  here (no DNS look-up per check), so a public name that resolves to a private address is not
-  caught: run real-web browsing on a network that has nothing to hide.
+  non-global addresses are refused by default (``block_private_networks``), so an agent on a
+  cluster cannot reach internal services: IP literals directly, and host *names* by resolving
+  them (:attr:`Allowlist.resolve`, cached for :data:`RESOLVE_TTL_S`): a name that resolves to any
+  such address (``localhost``, a name in ``/etc/hosts``, a public name pointing at 10.x, the
+  numeric forms ``2130706433``, ``0x7f000001`` and ``127.1`` that resolvers read as 127.0.0.1) is
+  refused, and so is a name that does not resolve. Residual risk: the backend resolves the name
+  again when it connects, so a DNS server that answers differently the second time (DNS
+  rebinding) is not caught; run real-web browsing on a network that has nothing to hide.
 * URLs carrying credentials (``http://user:pass@host/``) are refused: an agent never needs them
-  and they would end up in observations and records.
+  and they would end up in observations and records. So are URLs longer than
+  :data:`MAX_URL_CHARS`.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import socket
+import threading
+import time
 from dataclasses import dataclass, field
+from typing import Callable
 from urllib.parse import urlsplit
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+#: The longest URL a visit accepts (servers commonly refuse beyond 8 KiB; an agent never needs one this long).
+MAX_URL_CHARS = 4096
+
+#: Seconds a host name's resolved addresses are reused by the open-web check.
+RESOLVE_TTL_S = 60.0
 ALLOWED_SCHEMES = ("http", "https")
 
 
@@ -68,7 +83,10 @@ class Allowlist:
     allow_all_hosts: bool = False
     """Allow every ``http``/``https`` host (real web); the scheme check still applies."""
     block_private_networks: bool = True
-    """With ``allow_all_hosts``: refuse loopback/private/link-local IP literals and ``localhost``."""
+    """With ``allow_all_hosts``: refuse loopback/private/link-local addresses, literal or resolved from a name."""
+    resolve: Callable[[str], list[str]] | None = field(default=None, repr=False, compare=False)
+    """The addresses a host name resolves to (raises ``OSError`` when it does not); ``None``: the system
+    resolver (``socket.getaddrinfo``), cached for :data:`RESOLVE_TTL_S`. Tests pass a fixed mapping."""
     _host_set: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -88,9 +106,10 @@ class Allowlist:
         return cls(hosts=tuple(hosts))
 
     @classmethod
-    def open_web(cls, block_private_networks: bool = True) -> "Allowlist":
-        """Any ``http``/``https`` host (explicit opt-in for the real web)."""
-        return cls(hosts=(), allow_all_hosts=True, block_private_networks=block_private_networks)
+    def open_web(cls, block_private_networks: bool = True,
+                 resolve: Callable[[str], list[str]] | None = None) -> "Allowlist":
+        """Any ``http``/``https`` host (explicit opt-in for the real web); ``resolve``: see :attr:`resolve`."""
+        return cls(hosts=(), allow_all_hosts=True, block_private_networks=block_private_networks, resolve=resolve)
 
     def describe(self) -> str:
         """What is allowed, as shown at the end of every refusal message."""
@@ -101,6 +120,8 @@ class Allowlist:
     def check(self, url: str) -> str | None:
         """``None`` when ``url`` may be opened, else the refusal message (without ``Error:``)."""
         text = url.strip()
+        if len(text) > MAX_URL_CHARS:  # checked first: no message below may quote such a URL
+            return f"URL not allowed: {len(text):,} characters, more than the {MAX_URL_CHARS:,} a visit accepts"
         try:
             parts = urlsplit(text)
         except ValueError as exc:
@@ -117,8 +138,20 @@ class Allowlist:
         except ValueError as exc:
             return f"URL not allowed: {exc}; {self.describe()}"
         if self.allow_all_hosts:
-            if self.block_private_networks and _is_private_host(parts.hostname or ""):
+            if not self.block_private_networks:
+                return None
+            host = parts.hostname or ""
+            if _is_private_host(host):
                 return f"URL not allowed: host '{key}' is a local or private network address; {self.describe()}"
+            if _ip_literal(host) is None:
+                try:
+                    addresses = (self.resolve or _resolve_cached)(host)
+                except OSError as exc:
+                    return f"URL not allowed: host '{host}' does not resolve ({exc}); {self.describe()}"
+                private = [a for a in addresses if _is_private_host(a)]
+                if private or not addresses:
+                    return (f"URL not allowed: host '{host}' resolves to a local or private network address "
+                            f"({', '.join(private) or 'none'}); {self.describe()}")
             return None
         if key not in self._host_set:
             return f"URL not allowed: host '{key}' is not in the allowlist; {self.describe()}"
@@ -129,12 +162,41 @@ class Allowlist:
         return self.check(url) is None
 
 
+def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%")[0])
+    except ValueError:
+        return None
+
+
 def _is_private_host(host: str) -> bool:
+    """``localhost`` names and non-global IP literals (names are resolved by :meth:`Allowlist.check`)."""
     host = host.strip("[]").lower().rstrip(".")
     if host == "localhost" or host.endswith(".localhost"):
         return True
-    try:
-        addr = ipaddress.ip_address(host)
-    except ValueError:
-        return False  # a name: not resolved here (see module docstring)
+    addr = _ip_literal(host)
+    if addr is None:
+        return False
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
     return not addr.is_global
+
+
+_resolved: dict[str, tuple[float, list[str]]] = {}
+_resolved_lock = threading.Lock()
+
+
+def _resolve_cached(host: str) -> list[str]:
+    """The system resolver's addresses for ``host`` (``OSError`` when none), reused for :data:`RESOLVE_TTL_S`."""
+    now = time.monotonic()
+    with _resolved_lock:
+        hit = _resolved.get(host)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    with _resolved_lock:
+        if len(_resolved) > 4096:  # a long real-web run visits many hosts: keep the cache bounded
+            _resolved.clear()
+        _resolved[host] = (now + RESOLVE_TTL_S, addresses)
+    return addresses

@@ -36,7 +36,8 @@ Isolation and the allowlist, in three layers:
    comes back as an observation naming the refused URL. The final URL and the redirect chain are
    checked again after the navigation.
 3. Contexts are created with ``accept_downloads=False`` and ``service_workers="block"``; cookies
-   are cleared when a context goes back to the pool.
+   are cleared and the pages a visit opened (popups, tabs) are closed when a context goes back to
+   the pool.
 
 Latency (docs/tools.md "Performance"): besides the above, Chromium runs without the per-window
 omnibox WebUI renderers and without RenderDocument, Playwright's own ``--disable-features`` list
@@ -189,6 +190,17 @@ class BrowserPool:
     def n_contexts(self) -> int:
         """Browser contexts alive now (never more than ``max_concurrency``)."""
         return self._n_contexts
+
+    def open_pages(self) -> int:
+        """Pages open in the pool's contexts now (popups and tabs a page opened included): one per
+        idle context once every visit's clean-up has run."""
+        if self._loop is None or self._browser is None:
+            return 0
+
+        async def count() -> int:
+            return sum(len(ctx.pages) for ctx in self._browser.contexts)
+
+        return asyncio.run_coroutine_threadsafe(count(), self._loop).result(30)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -399,8 +411,10 @@ class BrowserPool:
             pass
 
     async def _route(self, route: Any) -> None:
-        """``allow_all_hosts`` only: abort refused requests (the failure names them, above)."""
-        if self.allowlist.check(route.request.url) is None:
+        """``allow_all_hosts`` only: abort refused requests (the failure names them, above). The check may
+        resolve a host name (Allowlist.resolve), so it runs off the event loop that serves every visit."""
+        loop = asyncio.get_running_loop()
+        if await loop.run_in_executor(None, self.allowlist.check, route.request.url) is None:
             await route.continue_()
         else:
             await route.abort("blockedbyclient")
@@ -453,6 +467,9 @@ class BrowserPool:
             if not reuse_page and slot.page is not None:
                 page, slot.page = slot.page, None
                 await page.close()
+            for other in list(slot.ctx.pages):  # popups and tabs the page opened: gone with the visit
+                if other is not slot.page:
+                    await other.close()
             await slot.ctx.clear_cookies()
         except Exception:  # noqa: BLE001 - a broken context is dropped, not reused
             try:

@@ -319,6 +319,8 @@ class VisitTool:
         try:
             return self.page_text(url)
         except VisitError as exc:
-            return render_error(str(exc))
+            message = str(exc)
         except Exception as exc:  # noqa: BLE001 - the agent loop must never see an exception
-            return render_error(f"visit failed for {url}: {type(exc).__name__}: {exc}")
+            message = f"visit failed for {url}: {type(exc).__name__}: {exc}"
+        # An error quotes its URL, which may be long: the observation keeps the page budget all the same.
+        return truncate_text(render_error(message), self.max_chars)

@@ -3,8 +3,9 @@
 Real HTTP on 127.0.0.1 (stdlib ``http.server``, port 0, one thread per request) serving the
 page types the ``visit`` backends must handle: a simple article, a page with nav/links/tables/
 lists, scripts and styles, a JS-rendered page, a page that never finishes, error statuses, a huge
-page, a download, plain text, a PDF, redirects (same host, off-host, loops) and pages whose
-subresources point off-host.
+page, a download, plain text, a PDF, redirects (same host, off-host, loops), pages whose
+subresources point off-host, and pages that act once loaded (popups, script-started downloads, a
+script navigation off-host, a script that never returns).
 
 :class:`FixtureServer` counts every request by path (``hits``), so a test can prove that a
 refused host was never contacted. :class:`SearchStubServer` is a canned search API (SearXNG
@@ -181,6 +182,24 @@ class FixtureServer:
                 f'<iframe src="{foreign}/frame.html"></iframe>'
                 f"<script>fetch('{foreign}/xhr').catch(() => null);</script></body></html>")),
             "/redirect-img": lambda h: _redirect(h, foreign + "/redirected.png"),
+            # pages that act on their own once loaded (the browser safety suite)
+            "/popup.html": lambda h: html(h, (
+                "<html><head><title>Popups</title></head><body><p>Popup page.</p>"
+                f"<a id='a' href='{foreign}/tab.html' target='_blank'>tab</a>"
+                f"<script>window.open('{foreign}/popup.html'); window.open('/article.html');"
+                "document.getElementById('a').click();</script></body></html>")),
+            "/js-download.html": lambda h: html(h, (
+                "<html><head><title>Downloads</title></head><body><p>Download page.</p><script>"
+                f"for (const u of ['/report.csv', '{foreign}/payload.bin']) {{"
+                "  const a = document.createElement('a'); a.href = u; a.download = 'x'; document.body.appendChild(a);"
+                "  a.click(); }"
+                "</script></body></html>")),
+            "/js-navigate-offsite.html": lambda h: html(h, (
+                "<html><head><title>Leaving</title></head><body><p>Leaving soon.</p>"
+                f"<script>setTimeout(() => {{ location.href = '{foreign}/nav.html'; }}, 50);</script></body></html>")),
+            "/busy-loop.html": lambda h: html(h, (
+                "<html><head><title>Busy</title></head><body><p>Spinning.</p>"
+                "<script>for (;;) {}</script></body></html>")),
         }
 
     def _slow(self, h: BaseHTTPRequestHandler) -> None:

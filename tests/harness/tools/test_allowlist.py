@@ -63,15 +63,44 @@ def test_extra_hosts_and_default_ports() -> None:
     assert allow.allows("https://api.example:8443/v1")
 
 
+DNS = {"en.wikipedia.org": ["208.80.154.224", "2620:0:861:ed1a::1"], "intranet.example": ["10.0.0.7"],
+       "rebound.example": ["93.184.216.34", "127.0.0.1"], "metadata.example": ["169.254.169.254"]}
+
+
+def _fake_dns(host: str) -> list[str]:
+    if host not in DNS:
+        raise OSError(f"[Errno -2] Name or service not known: {host}")
+    return DNS[host]
+
+
 def test_open_web_allows_public_hosts_but_not_private_addresses() -> None:
-    web = Allowlist.open_web()
+    web = Allowlist.open_web(resolve=_fake_dns)
     assert web.allows("https://en.wikipedia.org/wiki/GRPO")
     assert web.allows("http://93.184.216.34/")
     for url in ("http://localhost:8080/", "http://127.0.0.1/", "http://10.1.2.3/", "http://169.254.169.254/latest",
-                "http://[::1]/", "http://192.168.0.1/"):
+                "http://[::1]/", "http://192.168.0.1/", "http://[::ffff:127.0.0.1]/"):
         assert "local or private network address" in web.check(url), url
     assert web.describe() == "allowed: any public http(s) host"
     assert Allowlist.open_web(block_private_networks=False).allows("http://10.1.2.3/")
+
+
+@pytest.mark.parametrize(("host", "shown"), [("intranet.example", "10.0.0.7"), ("rebound.example", "127.0.0.1"),
+                                             ("metadata.example", "169.254.169.254")])
+def test_open_web_refuses_names_that_resolve_to_private_addresses(host: str, shown: str) -> None:
+    reason = Allowlist.open_web(resolve=_fake_dns).check(f"http://{host}:8080/x")
+    assert reason is not None and f"host '{host}' resolves to a local or private network address ({shown})" in reason
+
+
+def test_open_web_refuses_names_that_do_not_resolve() -> None:
+    reason = Allowlist.open_web(resolve=_fake_dns).check("https://nowhere.example/")
+    assert reason is not None and "host 'nowhere.example' does not resolve" in reason
+
+
+@pytest.mark.parametrize("host", ["2130706433", "127.1", "0x7f000001", "0177.0.0.1", "017700000001"])
+def test_open_web_refuses_numeric_spellings_of_loopback_with_the_system_resolver(host: str) -> None:
+    """The system resolver reads these as 127.0.0.1 (inet_aton), as Chromium and Python's sockets would."""
+    reason = Allowlist.open_web().check(f"http://{host}:8080/")
+    assert reason is not None and "resolves to a local or private network address (127.0.0.1)" in reason
 
 
 def test_empty_allowlist_is_a_configuration_error() -> None:
