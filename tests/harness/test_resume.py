@@ -17,7 +17,7 @@ clean up or write a status) and resumes it each time:
 
 The sub-agent trains only on groups in which the planner delegated, and an untrained tiny planner never does:
 :func:`warm` fine-tunes it in ~20 s to answer every question with one fixed ``delegate`` call, made one token
-of its tokenizer (an added token), so a few dozen SFT steps suffice. Everything else is the tiny preset
+of its tokenizer (an added token), so a few dozen SFT steps suffice (tests/support/runs.py). Everything else is the tiny preset
 shrunk (K=2, 2 queries per step, 6 steps, checkpoints every 2, evaluation every 2 on 1 task per style).
 Measured on the shared 2-core machine: ~20 s warm start, ~100 s for the seven launches (~2 min in all).
 """
@@ -33,13 +33,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from harness.records import read_status, read_steps, read_tasks, write_status
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.runs import ROOT, Launch, _proc_state, build_warm_start, steps_of
 STEPS, SAVE, EVERY = 6, 2, 2
 EVAL_STEPS = [0, 2, 4, 6]
 STYLES = ["local_gaia", "local_webwalkerqa", "local_xbench"]
@@ -47,8 +46,6 @@ OVERRIDES = ["rollout.k=2", "planner.groups_per_step=2", "rollout.max_new_tokens
              "rollout.sub_turns=2", "alignment.d=2", "tasks.n_train=4", "tasks.n_test=2", f"eval.every={EVERY}",
              "eval.n_tasks=1", "eval.runs=2", f"planner.save_steps={SAVE}", f"sub.save_steps={SAVE}", "store.group_timeout_s=120",
              "threads=1"]
-#: The one delegation the warm-started planner makes (one added token of its tokenizer).
-CALL_JSON = '{"name":"delegate","arguments":{"task":"a"}}'
 
 
 # ------------------------------------------------------------------------------------------- fast checks
@@ -184,138 +181,8 @@ def test_read_status_reports_a_dead_writer_as_failed(tmp_path):
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory) -> Path:
     """A tiny planner (and sub-agent: the same weights) that answers every training and evaluation question
-    with the one delegate call :data:`CALL_JSON` (added to the tokenizer as one token)."""
-    import random
-
-    import torch
-    from tokenizers import AddedToken
-
-    from harness.agents.prompts import EpisodeTokens, agent_prompt, initial_messages
-    from harness.models import ModelSpec, load_model
-    from harness.role.common import load_role_config
-    from harness.role.tasks import generate_run_tasks
-    from harness.warmstart import tokenize_transcript
-    from harness.world.tasks import rebase, task_prompt
-
-    t0 = time.perf_counter()
-    cfg = load_role_config(str(ROOT / "baselines/configs/tiny/mgrpo.yaml"), OVERRIDES)
-    prepared = generate_run_tasks(cfg)  # the run's task set (the launcher prepares the same one)
-    tasks, evals = prepared.by_id(), prepared.evals
-    model, tok = load_model(ModelSpec(name="tiny", seed=0))
-    tok.add_tokens([AddedToken(CALL_JSON, special=False, normalized=False, single_word=False)])
-    codec = EpisodeTokens(tok, agent_prompt("planner").tools)
-    call = {"role": "assistant", "content": f"<tool_call>{CALL_JSON}</tool_call>"}
-    examples = [tokenize_transcript(codec, initial_messages("planner", task_prompt(rebase(t, cfg.world.address)))
-                                    + [call]) for t in [*tasks.values(), *evals]]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.random.fork_rng(devices=[]):  # deterministic: the new token's embedding is drawn too
-            torch.manual_seed(0)
-            model.resize_token_embeddings(len(tok))  # mean_resizing: at 1e-2 or with a plain init, some seeds diverge
-            opt = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.0)
-            model.train()
-            rng = random.Random(0)
-            for _ in range(50):
-                batch = rng.sample(examples, 4)
-                n = max(len(e["input_ids"]) for e in batch)
-                ids = torch.tensor([e["input_ids"] + [tok.pad_token_id] * (n - len(e["input_ids"])) for e in batch])
-                labels = torch.tensor([e["labels"] + [-100] * (n - len(e["labels"])) for e in batch])
-                loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=labels).loss
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-    finally:
-        torch.set_num_threads(threads)
-    assert loss.item() < 0.05, f"the delegation SFT did not converge (loss {loss.item():.3f})"
-    model.eval()
-    out = tmp_path_factory.mktemp("warm")
-    for agent in ("planner", "sub_agent"):
-        model.save_pretrained(out / agent)
-        tok.save_pretrained(out / agent)
-    print(f"\n[resume] warm start: {len(examples)} examples, loss {loss.item():.4f}, {time.perf_counter() - t0:.0f}s",
-          flush=True)
-    return out
-
-
-class Launch:
-    """One ``python -m harness train`` launcher (its own process group) with its console in a file."""
-
-    def __init__(self, run: Path, *args: str) -> None:
-        self.run = run
-        self.log = run.parent / f"{run.name}-launch-{time.monotonic_ns()}.log"
-        env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-        with open(self.log, "wb") as fh:
-            self.proc = subprocess.Popen([sys.executable, "-m", "harness", "train", *args], cwd=ROOT, env=env,
-                                         stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def role_pids(self) -> dict[str, int]:
-        return {m.group(1): int(m.group(2)) for m in re.finditer(r"started role (\w+) \(pid (\d+)", self.text())}
-
-    def wait_for(self, what: str, cond: Callable[[], bool], timeout: float = 240.0, poll: float = 0.003) -> None:
-        deadline = time.monotonic() + timeout
-        while not cond():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the launcher exited ({self.proc.returncode}) before {what}:\n"
-                                     f"{self.text()[-3000:]}")
-            if time.monotonic() > deadline:
-                self.crash()
-                raise AssertionError(f"timed out waiting for {what}:\n{self.text()[-3000:]}")
-            time.sleep(poll)
-
-    def freeze(self) -> dict[str, int]:
-        """SIGSTOP the launcher and its roles at once, so the state seen next is the state killed."""
-        os.killpg(self.proc.pid, signal.SIGSTOP)
-        pids = self.role_pids()
-        for pid in pids.values():
-            _signal(pid, signal.SIGSTOP)
-        return pids
-
-    def crash(self) -> None:
-        """SIGKILL everything: the roles (their own sessions) and the launcher's group. Nobody writes a word."""
-        for pid in self.role_pids().values():
-            _signal(pid, signal.SIGKILL)
-        _signal(-self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        for pid in self.role_pids().values():
-            _wait_gone(pid)
-
-    def finish(self, timeout: float = 300.0) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.crash()
-            raise AssertionError(f"the launcher did not finish within {timeout:.0f}s:\n{self.text()[-3000:]}") from None
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig) if pid > 0 else os.killpg(-pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _proc_state(pid: int) -> str | None:
-    """The state letter of ``pid`` (``Z``: a zombie), None when it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def _wait_gone(pid: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while _proc_state(pid) not in (None, "Z") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _proc_state(pid) in (None, "Z"), f"pid {pid} outlived SIGKILL"
-
-
-def steps_of(run: Path, role: str) -> list[int]:
-    path = run / role / "metrics.jsonl"
-    return [r.step for r in read_steps(path, tolerate_truncated_tail=True).records] if path.is_file() else []
+    with the one delegate call ``tests.support.runs.CALL_JSON``."""
+    return build_warm_start(tmp_path_factory.mktemp("warm"), ROOT / "baselines/configs/tiny/mgrpo.yaml", OVERRIDES)
 
 
 def complete(ckpt: Path) -> bool:
