@@ -413,8 +413,10 @@ def append_jsonl(path: str | os.PathLike[str], obj: Any) -> None:
 
     The whole line goes out in one ``os.write`` on an ``O_APPEND`` descriptor while holding an
     exclusive ``fcntl.flock``, so concurrent processes never interleave or split lines. If a
-    previous writer died mid-line (file not ending in a newline) a newline is written first so
-    the new record stays parseable.
+    previous writer was cut off mid-line (killed, or its write failed on a full disk: the file does
+    not end in a newline), that partial line is removed first: it was never a record, and left in
+    place it would become a broken line in the middle of the file that no reader accepts
+    (docs/reliability.md).
     """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -427,10 +429,9 @@ def append_jsonl(path: str | os.PathLike[str], obj: Any) -> None:
         try:
             size = os.fstat(fd).st_size
             if size:
-                with open(p, "rb") as fh:
-                    fh.seek(size - 1)
-                    if fh.read(1) != b"\n":
-                        data = b"\n" + data
+                end = _complete_lines_end(p, size)
+                if end < size:
+                    os.ftruncate(fd, end)
             view = memoryview(data)
             while view:  # os.write may write less than asked (signals); finish the line
                 n = os.write(fd, view)
@@ -439,6 +440,21 @@ def append_jsonl(path: str | os.PathLike[str], obj: Any) -> None:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _complete_lines_end(path: Path, size: int, chunk: int = 1 << 16) -> int:
+    """The length of ``path``'s first ``size`` bytes up to and including the last newline (0 if none)."""
+    with open(path, "rb") as fh:
+        pos = size
+        while pos > 0:
+            start = max(0, pos - chunk)
+            fh.seek(start)
+            block = fh.read(pos - start)
+            i = block.rfind(b"\n")
+            if i >= 0:
+                return start + i + 1
+            pos = start
+    return 0
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:

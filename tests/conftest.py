@@ -1,11 +1,17 @@
 """Suite-wide hooks: the machine's core count and load average in pytest-benchmark's JSON, so that
-``make bench`` (docs/performance.md) states what else the machine was doing while it measured."""
+``make bench`` (docs/performance.md) states what else the machine was doing while it measured; the
+``--faults-n`` option of the fault suite (tests/faults, docs/reliability.md); slow tests first."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--faults-n", type=int, default=None, metavar="N",
+                     help="tests/faults: inject N faults in all (default: the CI number; docs/reliability.md)")
 
 
 def _loadavg() -> list[float]:

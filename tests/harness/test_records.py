@@ -203,13 +203,20 @@ def test_truncated_last_line_tolerated_only_when_asked(tmp_path: Path):
     assert len(res.records) == 2 and not res.truncated_tail
 
 
-def test_append_after_a_torn_line_starts_a_new_line(tmp_path: Path):
+def test_append_after_a_torn_line_removes_it_so_no_broken_line_stays_in_the_middle(tmp_path: Path):
+    """A writer killed mid-line, or whose write failed on a full disk, leaves a partial line; the next append
+    removes it (it never was a record) instead of burying it under new lines where no reader accepts it."""
     p = tmp_path / "m.jsonl"
-    p.write_text('{"run_id": "r1", "tr')  # a previous writer died mid-line
+    p.write_text('{"run_id": "r1", "tr')  # a previous writer died mid-line, on the first line
     rec.append_jsonl(p, rec.to_dict(_step(step=7)))
-    lines = p.read_text().split("\n")
-    assert lines[0] == '{"run_id": "r1", "tr'
-    assert json.loads(lines[1])["step"] == 7
+    assert [json.loads(x)["step"] for x in p.read_text().splitlines()] == [7]
+    first = p.read_text()
+    big = "x" * 200_000  # a torn line longer than the backward scan's block
+    with open(p, "a") as fh:
+        fh.write('{"run_id": "r1", "transcript": "' + big)
+    rec.append_jsonl(p, rec.to_dict(_step(step=8)))
+    assert p.read_text().startswith(first)
+    assert [r.step for r in rec.read_steps(p).records] == [7, 8]  # strict read: no broken line anywhere
 
 
 def test_schema_zero_is_migrated(tmp_path: Path):

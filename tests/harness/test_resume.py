@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from harness.records import read_status, read_steps, read_tasks, write_status
-from tests.support.runs import ROOT, Launch, _proc_state, build_warm_start, steps_of
+from tests.support.runs import ROOT, Launch, _proc_state, build_warm_start, steps_of, store_groups
 STEPS, SAVE, EVERY = 6, 2, 2
 EVAL_STEPS = [0, 2, 4, 6]
 STYLES = ["local_gaia", "local_webwalkerqa", "local_xbench"]
@@ -310,14 +310,7 @@ def test_kill_anywhere_then_resume_gives_every_step_eval_and_group_once(tmp_path
             assert sorted(r.inference_run for r in recs) == [0, 1] and {r.step for r in recs} == {step}, (step, style, recs)
             assert len({r.sample_seed for r in recs}) == 2 and {r.temperature for r in recs} == {1.0}
 
-    store = open_store(f"sqlite:///{run / 'store.db'}", run_id=run.name)
-    try:
-        progress = store.group_progress()
-        consumed = store.consumed_groups()
-        pending = store.pending_groups()
-        delegated = {q: sum(r.n_sub_calls for r in store.get_rollouts(q)) for q in progress}
-    finally:
-        store.close()
+    progress, consumed, pending, delegated = store_groups(f"sqlite:///{run / 'store.db'}", run.name)
     # The planner: 6 steps x 2 queries, complete; a redone step rewrote its own keys.
     assert len(progress) == STEPS * 2 and all(p.complete and p.k == 2 for p in progress.values())
     assert sorted(q.split("@")[1].split(".")[0] for q in progress) == sorted([str(s) for s in range(STEPS)] * 2)

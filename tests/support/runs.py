@@ -7,7 +7,7 @@
   episodes use the browser.
 - :class:`Launch`: one ``python -m harness train`` launcher in its own process group, its console in a file,
   with the waits and the SIGSTOP/SIGKILL helpers the tests use.
-- :func:`steps_of`: the steps a role has recorded.
+- :func:`steps_of`: the steps a role has recorded; :func:`store_groups`: a run's groups as the store has them.
 """
 
 from __future__ import annotations
@@ -102,9 +102,9 @@ def build_warm_start(out: Path, config: Path, overrides: list[str], *, sub_visit
 class Launch:
     """One ``python -m harness train`` launcher (its own process group) with its console in a file."""
 
-    def __init__(self, run: Path, *args: str) -> None:
+    def __init__(self, run: Path, *args: str, log_dir: Path | None = None) -> None:
         self.run = run
-        self.log = run.parent / f"{run.name}-launch-{time.monotonic_ns()}.log"
+        self.log = (log_dir or run.parent) / f"{run.name}-launch-{time.monotonic_ns()}.log"
         env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
         with open(self.log, "wb") as fh:
             self.proc = subprocess.Popen([sys.executable, "-m", "harness", "train", *args], cwd=ROOT, env=env,
@@ -179,3 +179,16 @@ def steps_of(run: Path, role: str) -> list[int]:
     return [r.step for r in read_steps(path, tolerate_truncated_tail=True).records] if path.is_file() else []
 
 
+
+
+def store_groups(url: str, run_id: str) -> tuple[dict[str, Any], list[Any], list[str], dict[str, int]]:
+    """The run's query groups in the store: ``(progress, consumer log, pending, sub-calls per group)``."""
+    from mgrpo.store import open_store
+
+    store = open_store(url, run_id=run_id)
+    try:
+        progress = store.group_progress()
+        return (progress, store.consumed_groups(), store.pending_groups(),
+                {q: sum(r.n_sub_calls for r in store.get_rollouts(q)) for q in progress})
+    finally:
+        store.close()
