@@ -374,7 +374,8 @@ def launch(cfg: TrainConfig, run_dir: Path, *, resume: bool, tasks: tuple[RunTas
 
 def reset_run_signals(cfg: TrainConfig, run_dir: Path) -> None:
     """Before a resume: forget the previous processes' "planner done" and service URL in the store."""
-    store = open_store(store_url(cfg, run_dir), run_id=run_dir.name, retry_s=cfg.store.retry_s)
+    store = open_store(store_url(cfg, run_dir), run_id=run_dir.name, connect_timeout_s=cfg.store.retry_s,
+                       retry_s=cfg.store.retry_s)
     try:
         store.put_stat(PLANNER_DONE, None)
         store.put_stat(SUB_URL, None)

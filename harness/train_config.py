@@ -290,7 +290,8 @@ class StoreSection:
     url: str | None = help_field(None, "sqlite:///path or redis://host:port/db; null = sqlite in the run dir")
     group_timeout_s: float = help_field(600.0, "how long the sub role waits for the next complete query group")
     retry_s: float = help_field(30.0, "redis: how long a role keeps retrying while the store cannot be reached (a "
-                                "restart, a network cut) before it stops with an error (sqlite: a write waits up to 30 s for a lock)")
+                                "restart, a network cut), also when it opens the store, before it stops with an error "
+                                "(sqlite: a write waits up to 30 s for a lock)")
 
     def validate(self) -> None:
         if self.url is not None and not self.url.startswith(("sqlite:///", "redis://", "rediss://")):

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     url = args.store or store_url(cfg, run_dir)
     store = None
     try:
-        store = open_store(url, run_id=run_dir.name, retry_s=cfg.store.retry_s)
+        store = open_store(url, run_id=run_dir.name, connect_timeout_s=cfg.store.retry_s, retry_s=cfg.store.retry_s)
         if args.role == "planner":
             return run_planner(cfg, tasks, run_dir, store, args.world_url, args.sub_url, args.resume)
         from harness.role.sub import run_sub  # lazy: torch/TRL; after the role's config and tasks

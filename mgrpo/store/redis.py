@@ -300,7 +300,7 @@ class RedisStore(Store):
                     f"running and reachable from this host (redis-cli -h {self.host} -p {self.port} ping)"
                 )
             time.sleep(delay)
-            delay *= 2
+            delay = min(delay * 2, 1.0)
 
     def _call(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` (one or more Redis commands), retrying while Redis cannot be reached for up to

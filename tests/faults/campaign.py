@@ -92,25 +92,28 @@ class Environment:
         self.mount.mkdir(parents=True, exist_ok=True)
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_MB}m", "tmpfs", str(self.mount)], check=True,
                        capture_output=True)
-        self.filler = self.mount / "filler.bin"
+        self.fillers = 0
 
     def overrides(self, run: Path) -> list[str]:
         return [f"store.url=redis://{self.redis_link.url_host}/0", f"service.port={self.service_port}",
                 f"service.public_url=http://{self.service_link.url_host}"]
 
     def fill_disk(self) -> int:
-        """Take every free byte of the run folder's tmpfs; returns how many."""
+        """Take every free byte of the run folder's tmpfs (again: a role may have freed some); returns how many."""
         st = os.statvfs(self.mount)
         free = st.f_bavail * st.f_frsize
-        with open(self.filler, "wb") as fh:
-            try:
-                os.posix_fallocate(fh.fileno(), 0, free)
-            except OSError:
-                pass
+        if free:
+            self.fillers += 1
+            with open(self.mount / f"filler-{self.fillers}.bin", "wb") as fh:
+                try:
+                    os.posix_fallocate(fh.fileno(), 0, free)
+                except OSError:
+                    pass
         return free
 
     def free_disk(self) -> None:
-        self.filler.unlink(missing_ok=True)
+        for f in self.mount.glob("filler-*.bin"):
+            f.unlink()
 
     def close(self) -> None:
         self.service_link.close()
@@ -197,11 +200,18 @@ def _last_error(launch: Launch, run: Path, marks: dict[Path, int]) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def run_campaign(seed: int, n_faults: int, warm: Path, root: Path, kinds: tuple[str, ...] = KINDS) -> Campaign:
-    """One run with ``n_faults`` faults (the kinds in turn, shuffled by ``seed``), resumed until it completes."""
+def fault_plan(n: int, seed: int, kinds: tuple[str, ...] = KINDS) -> list[str]:
+    """``n`` fault kinds, each kind ``n / len(kinds)`` times (rounded), in a seeded random order."""
+    plan = [kinds[i % len(kinds)] for i in range(n)]
+    random.Random(seed).shuffle(plan)
+    return plan
+
+
+def run_campaign(seed: int, plan: list[str], warm: Path, root: Path) -> Campaign:
+    """One run, resumed until it completes, with the faults of ``plan`` injected in that order at moments drawn
+    from ``seed``. A run can complete before the whole plan is injected (its ``faults`` then hold a prefix of
+    the plan): the caller starts another run for the rest."""
     rng = random.Random(seed)
-    plan = [kinds[i % len(kinds)] for i in range(n_faults)]
-    rng.shuffle(plan)
     camp = Campaign(seed)
     env = Environment(root)
     t0 = time.monotonic()
@@ -211,10 +221,10 @@ def run_campaign(seed: int, n_faults: int, warm: Path, root: Path, kinds: tuple[
     try:
         launch = Launch(run, *first, log_dir=root)
         camp.launches = 1
-        for kind in plan:
-            # a seeded moment: a planner step to reach, then a little more
+        for i, kind in enumerate(plan):
+            # a seeded moment: a planner step to reach, then a little more (spread over the run's steps)
             done = max(steps_of(run, "planner"), default=0)
-            target = min(STEPS - 1, done + rng.randint(0, 1))
+            target = min(STEPS - 1, max(done, (i * STEPS) // len(plan) + rng.randint(0, 1)))
             try:
                 launch.wait_for(f"planner step {target}", lambda: max(steps_of(run, "planner"), default=0) >= target
                                 and "sub" in launch.role_pids(), timeout=300, poll=0.05)
@@ -230,10 +240,14 @@ def run_campaign(seed: int, n_faults: int, warm: Path, root: Path, kinds: tuple[
             detail = _inject(kind, rng, launch, env)
             stopped = kind in ("kill", "disk")
             if kind == "disk":
-                rc = _wait_exit(launch, 120)
+                deadline = time.monotonic() + 120
+                while launch.proc.poll() is None and time.monotonic() < deadline:
+                    env.fill_disk()  # keep it full until a role fails on a write
+                    time.sleep(0.2)
                 env.free_disk()
-                if rc is None:
+                if launch.proc.poll() is None:
                     raise AssertionError(f"the run did not stop within 120 s of a full disk:\n{launch.text()[-3000:]}")
+                stopped = launch.proc.returncode != 0  # 0: the run completed before it wrote again
             elif stopped:
                 _wait_exit(launch, 120)
             else:
@@ -243,8 +257,8 @@ def run_campaign(seed: int, n_faults: int, warm: Path, root: Path, kinds: tuple[
             camp.faults.append(fault)
             if launch.proc.poll() not in (None, 0):
                 _wait_roles_gone(launch)
-                fault.message = (_last_error(launch, run, marks)
-                                 or "(the launcher was killed: it could not say anything)")
+                fault.message = _last_error(launch, run, marks) or (
+                    "(no error line: the disk was full)" if kind == "disk" else "(no error line: killed)")
                 launch = Launch(run, "--resume", str(run), log_dir=root)
                 camp.launches += 1
         while True:

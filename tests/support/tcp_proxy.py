@@ -123,9 +123,12 @@ def _close_listener(s: socket.socket) -> None:
 
 
 def _reset(s: socket.socket) -> None:
-    """Close with an RST (SO_LINGER 0), as a dropped link's peer would eventually see."""
+    """Drop a connection as a broken link would: ``shutdown`` first (it wakes the pump thread blocked in
+    ``recv`` on it; a bare ``close`` would leave the kernel socket open and the peer waiting for ever), then
+    close with an RST (SO_LINGER 0)."""
     try:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
     try:
