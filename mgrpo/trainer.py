@@ -62,6 +62,8 @@ Deliberate deviations and decisions:
   are of the tempered distribution.
 - A rollout may return a ``loss_weight`` column (1 = train, 0 = leave the trajectory out of the loss,
   e.g. staler than the caller allows); the trajectory stays in its group for the advantages.
+- The training sampler orders epoch ``e`` by ``seed + e`` (:class:`EpochSeededRepeatSampler`), so a run
+  resumed after its first epoch redoes its steps on the same queries; TRL's order is kept for epoch 0.
 
 ``mgrpo/`` imports nothing from ``harness/``; the caller passes the rollout function and rewards.
 """
@@ -77,6 +79,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import RepeatSampler
 
 from mgrpo.advantage import group_advantages, has_zero_std
 from mgrpo.loss import RATIO_LEVELS, clipped_surrogate_loss
@@ -280,6 +283,21 @@ def rollout_reward(completions: list, reward: list[float] | None = None, **kwarg
 AdvantageFn = Callable[[Sequence[float]], Sequence[float]]
 
 
+class EpochSeededRepeatSampler(RepeatSampler):
+    """TRL's ``RepeatSampler`` whose order in epoch ``e`` depends only on ``(seed, e)``.
+
+    TRL's sampler draws each epoch's permutation from one generator seeded once, so epoch ``e``'s order
+    depends on how many epochs that generator has already served. A run resumed from a checkpoint after the
+    first epoch starts a fresh sampler and skips batches of the wrong permutation: the redone steps train on
+    other queries than the run that was killed (found by the fault suite, docs/reliability.md). Here
+    ``set_epoch(e)`` (which transformers' Trainer calls before every epoch, resumed or not) reseeds the
+    generator with ``seed + e``. Epoch 0 is TRL's order; later epochs differ from TRL's (deliberate)."""
+
+    def set_epoch(self, epoch: int) -> None:
+        if self.shuffle:
+            self.generator.manual_seed((self.seed or 0) + int(epoch))
+
+
 class MGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with M-GRPO advantages and the ``"mgrpo"`` loss (see the module docstring).
 
@@ -374,6 +392,13 @@ class MGRPOTrainer(GRPOTrainer):
         self._last_micro_step_end = None
 
     # ------------------------------------------------------------------ advantages (docs/paper.md)
+    def _get_train_sampler(self, dataset: Any = None) -> Any:  # noqa: D401 - TRL hook
+        """TRL's sampler with an order per epoch that a resume reproduces (:class:`EpochSeededRepeatSampler`)."""
+        sampler = super()._get_train_sampler(dataset)
+        if type(sampler) is RepeatSampler:
+            sampler.__class__ = EpochSeededRepeatSampler
+        return sampler
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: D401 - TRL hook
         # TRL returns the rewards gathered over all processes; keep them so that the advantages are
         # computed from exactly the rewards TRL logged (same functions, same weights).

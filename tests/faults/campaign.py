@@ -275,6 +275,7 @@ def run_campaign(seed: int, plan: list[str], warm: Path, root: Path) -> Campaign
         camp.completed = read_status(run)["state"] == "completed"
         camp.check = check_run(run, f"redis://127.0.0.1:{env.redis.port}/0")
         camp.check["logs"] = str(root)
+        (root / "check.json").write_text(json.dumps(camp.check, indent=1, default=str))
     finally:
         camp.seconds = time.monotonic() - t0
         try:
@@ -341,6 +342,9 @@ def check_run(run: Path, store_url: str) -> dict[str, Any]:
     from harness.role.checkpoints import last_checkpoint
 
     progress, consumed, pending, delegated = store_groups(store_url, run.name)
+    taken = {c.query_id: (c.position, c.state, c.deliveries) for c in consumed}
+    detail = {q: {"have": p.have, "k": p.k, "complete": p.complete, "sub_calls": delegated.get(q),
+                  "taken": taken.get(q)} for q, p in progress.items()}
     sub_records = read_steps(run / "sub" / "metrics.jsonl").records
     trained = Counter(q for r in sub_records for q in r.extra["groups"])
     acked = {c.query_id for c in consumed if c.state == "done"}
@@ -369,6 +373,7 @@ def check_run(run: Path, store_url: str) -> dict[str, Any]:
         "delegated_groups": sum(1 for v in delegated.values() if v),
         "evals": evals,
         "checkpoints": loads,
+        "group_detail": detail,
     }
 
 
@@ -376,7 +381,11 @@ def compare(check: dict[str, Any], ref: dict[str, Any]) -> list[str]:
     """What differs from the fault-free reference (empty: the faulted run is as good as the reference)."""
     problems = []
     n = len(ref["groups"])
-    for key in ("planner_steps", "sub_steps", "groups", "evals", "checkpoints"):
+    extra, missing = sorted(set(check["groups"]) - set(ref["groups"])), sorted(set(ref["groups"]) - set(check["groups"]))
+    if extra or missing:
+        problems.append(f"groups: {len(check['groups'])} in the store, {len(ref['groups'])} in the reference; not in the "
+                        f"reference: {check['group_detail'].get(q) for q in extra} {extra}; missing: {missing}")
+    for key in ("planner_steps", "sub_steps", "evals", "checkpoints"):
         if check[key] != ref[key]:
             problems.append(f"{key}: {json.dumps(check[key])[:300]} != reference {json.dumps(ref[key])[:300]}")
     if not check["complete"]:

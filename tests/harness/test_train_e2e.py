@@ -119,23 +119,31 @@ def test_a_dying_role_stops_the_others_and_names_its_log(tmp_path):
 
 
 def test_sigkill_of_a_role_then_resume_continues_without_lost_or_duplicated_steps(tmp_path):
-    """SIGKILL the planner after its checkpoint at step 2; ``--resume`` finishes steps 3-6 (frozen_sub)."""
+    """SIGKILL the planner after step 7 (checkpoint 6, in the run's second epoch: 12 training tasks, 2 per step);
+    ``--resume`` redoes step 7 with the same queries and finishes step 8 (frozen_sub). A resume after the first
+    epoch used to draw another epoch order (TRL's sampler), so the redone step wrote other groups."""
     import signal
     import time
 
     run = tmp_path / "run"
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     cmd = [sys.executable, "-m", "harness", "train", "--trainer", "frozen_sub", "--config",
-           str(ROOT / "baselines/configs/tiny/frozen_sub.yaml"), "--max-steps", "6", "--run-dir", str(run),
-           *SMALL, "eval.every=0"]
+           str(ROOT / "baselines/configs/tiny/frozen_sub.yaml"), "--max-steps", "8", "--run-dir", str(run),
+           *SMALL, "eval.every=0", "planner.save_steps=2"]
     launcher = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         pid = None
         deadline = time.monotonic() + 300
-        ckpt = run / "planner" / "checkpoints" / "checkpoint-2" / "trainer_state.json"
-        while time.monotonic() < deadline and not ckpt.is_file():
-            time.sleep(0.1)
-        assert ckpt.is_file(), "the planner never wrote checkpoint-2"
+        ckpt = run / "planner" / "checkpoints" / "checkpoint-6" / "trainer_state.json"
+
+        def at_step_7() -> bool:
+            path = run / "planner" / "metrics.jsonl"
+            return ckpt.is_file() and path.is_file() and 7 in [r.step for r in read_steps(
+                path, tolerate_truncated_tail=True).records]
+
+        while time.monotonic() < deadline and not at_step_7():
+            time.sleep(0.05)
+        assert at_step_7(), "the planner never recorded step 7"
         ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
         for line in ps.splitlines():
             if "harness.role --role planner" in line and str(run) in line:
@@ -155,16 +163,16 @@ def test_sigkill_of_a_role_then_resume_continues_without_lost_or_duplicated_step
     assert json.loads((run / "status.json").read_text())["state"] == "completed"
     assert "evaluation tasks (reused)" in resumed.stdout  # the run's own task set, not a new one
     steps = [s.step for s in read_steps(run / "planner" / "metrics.jsonl").records]
-    assert steps == [1, 2, 3, 4, 5, 6]  # none lost, none twice (records after the checkpoint were replayed)
-    assert (run / "planner" / "checkpoints" / "checkpoint-6").is_dir()
+    assert steps == [1, 2, 3, 4, 5, 6, 7, 8]  # none lost, none twice (records after the checkpoint were replayed)
+    assert (run / "planner" / "checkpoints" / "checkpoint-8").is_dir()
     from mgrpo.store import open_store
 
     store = open_store(f"sqlite:///{run / 'store.db'}", run_id=run.name)
     try:
         progress = store.group_progress()
-        # 6 steps x 2 queries: a replayed step rewrote its own keys instead of adding groups
-        assert len(progress) == 12 and all(p.complete for p in progress.values())
-        assert sorted({q.split("@")[1].split(".")[0] for q in progress}) == ["0", "1", "2", "3", "4", "5"]
+        # 8 steps x 2 queries: the replayed step 7 rewrote its own keys (same queries) instead of adding groups
+        assert len(progress) == 16 and all(p.complete for p in progress.values()), sorted(progress)
+        assert sorted({q.split("@")[1].split(".")[0] for q in progress}) == [str(s) for s in range(8)]
     finally:
         store.close()
 

@@ -611,3 +611,24 @@ def test_loss_weight_zero_leaves_a_trajectory_out_of_the_loss(tmp_path):
 def test_bad_old_logprobs_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"old_logprobs='stale' is not one of \('recompute', 'behaviour'\)"):
         make_args(tmp_path, old_logprobs="stale")
+
+
+def test_the_training_order_of_an_epoch_does_not_depend_on_the_epochs_before_it():
+    """A resumed run starts a fresh sampler and skips the batches it trained: the epoch it resumes in must be
+    ordered as in the uninterrupted run (docs/reliability.md). Epoch 0 keeps TRL's order."""
+    from trl.trainer.utils import RepeatSampler
+
+    from mgrpo.trainer import EpochSeededRepeatSampler
+
+    data = list(range(12))
+    uninterrupted = EpochSeededRepeatSampler(data, mini_repeat_count=2, batch_size=2, seed=3)
+    orders = []
+    for epoch in range(3):
+        uninterrupted.set_epoch(epoch)
+        orders.append(list(uninterrupted))
+    for epoch in range(3):
+        resumed = EpochSeededRepeatSampler(data, mini_repeat_count=2, batch_size=2, seed=3)
+        resumed.set_epoch(epoch)
+        assert list(resumed) == orders[epoch]
+    assert orders[0] == list(RepeatSampler(data, mini_repeat_count=2, batch_size=2, seed=3))
+    assert orders[1] != orders[0] and sorted(orders[1]) == sorted(orders[0])
