@@ -265,7 +265,7 @@ def run_campaign(seed: int, plan: list[str], warm: Path, root: Path) -> Campaign
             rc = launch.finish(timeout=600)
             if rc == 0:
                 break
-            if camp.launches > n_faults + 3:
+            if camp.launches > len(plan) + 3:
                 raise AssertionError(f"the run keeps failing after {camp.launches} launches:\n{launch.text()[-3000:]}")
             _wait_roles_gone(launch)
             camp.faults.append(Fault("unplanned stop", _last_error(launch, run, {}), max(steps_of(run, "planner"),
