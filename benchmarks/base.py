@@ -128,6 +128,13 @@ class Benchmark:
         up front and name what it should hold (the evaluation suite's ``--data-dir``)."""
         return []
 
+    def prompt(self, task: Task) -> str:
+        """The user message that poses ``task`` to an agent with real-web tools (docs/evaluation.md): the
+        question plus what the benchmark hands over with it (GAIA: its attachment as text; WebWalkerQA:
+        the website to start from), phrased as the offline twins phrase it
+        (:func:`harness.world.schemas.task_prompt`), so a model sees the form it trained on."""
+        return task.question
+
     # -- scoring: the defaults a benchmark with its own scorer overrides ----------------------
     @staticmethod
     def _rule(prediction: str, gold: str) -> tuple[bool, str]:

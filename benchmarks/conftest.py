@@ -5,6 +5,8 @@ system") and docs/report.md (task records under ``runs/<run_id>/eval/<step>/<ben
 
     pytest benchmarks/ --trainer=mgrpo|frozen_sub|single_agent|expert [--run DIR]
            [--bench NAME[,NAME]] [--bench-limit N] [--judge NAME] [--data-dir DIR] [-n 2]
+           [--web searxng|json_api --search-endpoint URL [--search-key-env NAME] [--search-option K=V]
+            [--web-allow-host HOST:PORT]] [--inference-runs N [--temperature T]]
 
 This conftest only loads for paths under ``benchmarks/`` (the repository's ``testpaths`` is
 ``tests``), so ``pytest tests`` neither collects the suite nor sees these options.
@@ -12,8 +14,8 @@ This conftest only loads for paths under ``benchmarks/`` (the repository's ``tes
 * **Items**: :func:`pytest_generate_tests` parametrises ``benchmarks/test_eval.py::test_task``
   with one case per task, id ``<benchmark>::<task_id>``, so ``-k``, ``--lf``, ``-x``, ``-n``
   (xdist) and ``--junitxml`` work per task. A benchmark whose data is missing
-  (:class:`~benchmarks.base.BenchmarkDataMissing`) or that the runner cannot answer (the expert and
-  the real benchmarks) gets one item ``<benchmark>::NOT_RUN`` that skips with the reason.
+  (:class:`~benchmarks.base.BenchmarkDataMissing`) or that the runner cannot answer (a real benchmark
+  without ``--web``) gets one item ``<benchmark>::NOT_RUN`` that skips with the reason.
 * **Verdicts**: a wrong answer is a recorded result and the item **passes**. A runner crash or a
   timeout (``--task-timeout``) is recorded with ``correct=false`` and ``error`` set, and the item
   is reported **xfail** with the error as its reason: visible in the summary (``-ra``), not a
@@ -48,6 +50,15 @@ This conftest only loads for paths under ``benchmarks/`` (the repository's ``tes
   every item skips with that reason (exit status 0, table "not run").
 * **Data**: an explicit ``--data-dir`` that is missing, empty or lacks a file a selected benchmark
   reads (:meth:`benchmarks.base.Benchmark.data_files`) is a usage error naming those files.
+* **Real web** (``--web``, :mod:`benchmarks.web`): before any task, each selected real benchmark's data is
+  read (missing data or a broken row: a usage error naming it) and one search is made (an unreachable
+  endpoint or an unset key variable: a usage error; the key never appears in any message or record). A
+  task whose every tool call failed to reach the web is recorded with verdict ``web_unreachable``:
+  incorrect, in the errors column and the denominator.
+* **Inference runs** (``--inference-runs N``): each item answers its task N times (sampled at
+  ``--temperature``, default 1.0; one run is greedy), one record per run (``inference_run``,
+  ``temperature``, ``sample_seed``); the table's accuracy is the mean over all runs' records, with the
+  accuracy of each run under it.
 """
 
 from __future__ import annotations
@@ -66,7 +77,7 @@ from typing import Any, Callable
 import pytest
 
 from baselines import TRAINERS
-from benchmarks.base import BenchmarkDataMissing, BenchmarkError
+from benchmarks.base import BenchmarkDataError, BenchmarkDataMissing, BenchmarkError
 from benchmarks.judges import get_judge, list_judges
 from benchmarks.local import LocalBenchmark
 from benchmarks.registry import benchmark_class, list_benchmarks
@@ -81,9 +92,11 @@ from benchmarks.runners import (
     resolve_target,
     resolve_weights,
     runner_names,
+    sample_seed,
     unsupported,
 )
 from benchmarks.scoring import accuracy
+from benchmarks.web import PROVIDERS, UNREACHABLE_VERDICT, WebError, WebOptions, preflight
 from harness.records import (
     RUN_STATES,
     RunPaths,
@@ -131,8 +144,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="world size preset (tiny|small|default; default: the run's world.size, else default)")
     g.addoption("--world-tasks", default=None, metavar="DIR",
                 help="read local_* tasks written by `python -m harness world tasks --out DIR` instead of generating")
-    g.addoption("--visit-backend", default="direct", choices=("direct", "playwright"),
-                help="visit tool backend for the agent (default direct)")
+    g.addoption("--visit-backend", default=None, choices=("direct", "playwright"),
+                help="visit tool backend for the agent (default direct; with --web playwright)")
+    g.addoption("--web", default=None, choices=PROVIDERS,
+                help="real-web tools for gaia, xbench_deepsearch and webwalkerqa: a SearXNG instance (searxng) or "
+                     "a keyed JSON search API (json_api); docs/evaluation.md")
+    g.addoption("--search-endpoint", default=None, metavar="URL",
+                help="with --web: the SearXNG base URL, or the JSON API's search URL")
+    g.addoption("--search-key-env", default=None, metavar="NAME",
+                help="with --web json_api: the environment variable holding the API key (default SEARCH_API_KEY)")
+    g.addoption("--search-option", action="append", default=[], metavar="KEY=VALUE",
+                help="with --web: another tools.realweb field, e.g. results_path=web.results (repeatable)")
+    g.addoption("--web-allow-host", action="append", default=[], metavar="HOST[:PORT]",
+                help="with --web: a local or private host the browser may open anyway (repeatable)")
+    g.addoption("--inference-runs", type=int, default=1, metavar="N",
+                help="independent runs per task, each recorded; accuracy is their mean (default 1)")
+    g.addoption("--temperature", type=float, default=None, metavar="T",
+                help="sampling temperature of a model's runs (default 0 = greedy for 1 run, 1.0 for more)")
     g.addoption("--expert-noise", type=float, default=0.0, metavar="P", help="error rate of the scripted expert")
     g.addoption("--task-timeout", type=float, default=300.0, metavar="S",
                 help="seconds one task may take; longer is recorded as an error (incorrect)")
@@ -179,6 +207,10 @@ class EvalState:
     task_timeout: float
     session_id: str
     is_worker: bool
+    web: Any = None
+    """:class:`benchmarks.web.WebOptions` of ``--web``, else None (the real benchmarks are NOT_RUN)."""
+    inference_runs: int = 1
+    temperature: float = 0.0
     target: Any = None
     no_run: str | None = None
     weights: dict[str, Any] = field(default_factory=dict)
@@ -207,7 +239,7 @@ class EvalState:
         out: list[EvalCase] = []
         for name in self.bench_names:
             bench = self.bench(name)
-            reason = unsupported(self.trainer, bench, self.world_seed, self.world_size)
+            reason = unsupported(self.trainer, bench, self.world_seed, self.world_size, self.web is not None)
             if reason is not None:
                 out.append(EvalCase(name, skip=reason))
                 continue
@@ -241,12 +273,12 @@ def _bench_names(raw: list[str] | None) -> list[str]:
     return names
 
 
-def _judge_options(raw: list[str]) -> dict[str, Any]:
+def _judge_options(raw: list[str], flag: str = "--judge-option") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in raw:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise pytest.UsageError(f"--judge-option expects KEY=VALUE, got {item!r}")
+            raise pytest.UsageError(f"{flag} expects KEY=VALUE, got {item!r}")
         try:  # numbers, booleans, null as JSON; anything else stays a string
             out[key.strip()] = json.loads(value)
         except ValueError:
@@ -280,8 +312,15 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--world-size must be one of {'|'.join(SIZES)}, got {opt.world_size!r}")
     if opt.world_seed is not None and opt.world_seed < 0:
         raise pytest.UsageError(f"--world-seed must be >= 0, got {opt.world_seed}")
+    if opt.inference_runs < 1:
+        raise pytest.UsageError(f"--inference-runs must be >= 1, got {opt.inference_runs}")
+    temperature = opt.temperature if opt.temperature is not None else (0.0 if opt.inference_runs == 1 else 1.0)
+    if temperature < 0 or (temperature == 0 and opt.inference_runs > 1):
+        raise pytest.UsageError(f"--temperature {temperature:g} with --inference-runs {opt.inference_runs}: greedy runs "
+                                "repeat one answer; give a temperature above 0, or one run")
     if opt.data_dir is not None:
         _check_data_dir(Path(opt.data_dir), names, opt.judge, judge_options)
+    web = _web_options(opt)
 
     workerinput = getattr(config, "workerinput", None)
     is_worker = workerinput is not None
@@ -314,14 +353,61 @@ def pytest_configure(config: pytest.Config) -> None:
     world_size = target.world_size if target is not None else (opt.world_size or "default")
     state = EvalState(trainer=opt.trainer, bench_names=names, limit=opt.bench_limit, split=opt.split,
                       judge=opt.judge, judge_options=judge_options, data_dir=opt.data_dir, world_seed=world_seed,
-                      world_size=world_size, world_tasks=opt.world_tasks, visit_backend=opt.visit_backend,
+                      world_size=world_size, world_tasks=opt.world_tasks,
+                      visit_backend=web.visit_backend if web is not None else (opt.visit_backend or "direct"),
                       expert_noise=opt.expert_noise, task_timeout=opt.task_timeout, session_id=session_id,
-                      is_worker=is_worker, target=target, no_run=no_run, weights=weights)
+                      is_worker=is_worker, target=target, no_run=no_run, weights=weights, web=web,
+                      inference_runs=opt.inference_runs, temperature=temperature)
     config.stash[_STATE] = state
+    if web is not None and not is_worker and not config.option.collectonly:
+        _check_real_benchmarks(state)
+        if no_run is None:
+            try:  # one search before any task: a dead endpoint or an unset key is one message, not N failures
+                preflight(web)
+            except WebError as exc:
+                raise pytest.UsageError(str(exc)) from None
     if not is_worker:
         config.pluginmanager.register(_Bookkeeper(state), "mgrpo-eval-bookkeeper")
         if config.pluginmanager.has_plugin("xdist"):
             config.pluginmanager.register(_XdistSession(session_id), "mgrpo-eval-xdist")
+
+
+def _web_options(opt: Any) -> WebOptions | None:
+    """The ``--web`` options, checked (a wrong field or a missing endpoint is a usage error)."""
+    given = [name for name, value in (("--search-endpoint", opt.search_endpoint), ("--search-key-env", opt.search_key_env),
+                                      ("--search-option", opt.search_option), ("--web-allow-host", opt.web_allow_host))
+             if value]
+    if opt.web is None:
+        if given:
+            raise pytest.UsageError(f"{', '.join(given)} without --web: add --web searxng|json_api")
+        return None
+    if not opt.search_endpoint:
+        raise pytest.UsageError(f"--web {opt.web} needs --search-endpoint URL (a SearXNG instance's base URL, or the "
+                                "JSON API's search URL; docs/evaluation.md)")
+    key_env = opt.search_key_env or ("SEARCH_API_KEY" if opt.web == "json_api" else "")
+    web = WebOptions(provider=opt.web, endpoint=opt.search_endpoint, key_env=key_env,
+                     search=_judge_options(opt.search_option, "--search-option"),
+                     allow_hosts=tuple(opt.web_allow_host), visit_backend=opt.visit_backend or "playwright")
+    try:
+        web.tools_config()
+    except WebError as exc:
+        raise pytest.UsageError(f"--web {opt.web}: {exc}") from None
+    return web
+
+
+def _check_real_benchmarks(state: EvalState) -> None:
+    """With ``--web``, read each selected real benchmark's data before any task: missing data or a broken row is a
+    usage error naming what is missing or the file and line (without ``--web`` they are NOT_RUN anyway)."""
+    for name in state.bench_names:
+        bench = state.bench(name)
+        if isinstance(bench, LocalBenchmark):
+            continue
+        try:
+            bench.load(split=None, limit=state.limit)
+        except BenchmarkDataMissing as exc:
+            raise pytest.UsageError(f"--bench {name}: data missing: {exc.reason}") from None
+        except BenchmarkDataError as exc:
+            raise pytest.UsageError(f"--bench {name}: {exc}") from None
 
 
 def _check_data_dir(data_dir: Path, names: list[str], judge: str, judge_options: dict[str, Any]) -> None:
@@ -407,7 +493,8 @@ class EvalSuite:
     def runner(self) -> Any:
         with self._lock:
             if self._runner is None:
-                ctx = RunnerContext(self.state.target, self.world, self.state.expert_noise)
+                ctx = RunnerContext(self.state.target, self.world, self.state.expert_noise, self.state.web,
+                                    self.state.temperature)
                 self._runner = build_runner(self.state.trainer, ctx)
             return self._runner
 
@@ -415,13 +502,13 @@ class EvalSuite:
         if self._runner is not None:
             self._runner.close()
 
-    def _answer(self, bench: Any, task: Any) -> tuple[Any, str | None, str | None]:
+    def _answer(self, bench: Any, task: Any, run: int = 0) -> tuple[Any, str | None, str | None]:
         """(Answer or None, error, traceback) within the task timeout; never raises."""
         box: dict[str, Any] = {}
 
         def work() -> None:
             try:
-                box["answer"] = self.runner.answer(bench, task)
+                box["answer"] = self.runner.answer(bench, task, run)
             except BaseException as exc:  # noqa: BLE001 - a crash is a recorded verdict (docs/evaluation.md)
                 message = "(message withheld: sensitive benchmark)" if bench.sensitive else str(exc)[:500]
                 box["error"] = f"{type(exc).__name__}: {message}"
@@ -436,12 +523,25 @@ class EvalSuite:
             return None, f"timeout: no answer after {self.state.task_timeout:g} s", None
         return box.get("answer"), box.get("error"), box.get("trace")
 
-    def evaluate(self, case: EvalCase, timed: Callable[[Callable[[], Any]], Any]) -> Outcome:
+    def evaluate(self, case: EvalCase, timed: Callable[[Callable[[], Any]], Any]) -> list[Outcome]:
+        """Answer, score and record ``case`` once per inference run; the outcomes in run order."""
+        bench, task = self.state.bench(case.bench), case.task
+
+        def runs() -> list[tuple[Any, str | None, str | None, float]]:
+            out = []
+            for run in range(self.state.inference_runs):
+                t0 = time.perf_counter()
+                answer, error, trace = self._answer(bench, task, run)
+                out.append((answer, error, trace, time.perf_counter() - t0))
+            return out
+
+        return [self._record(bench, task, run, *result) for run, result in enumerate(timed(runs))]
+
+    def _record(self, bench: Any, task: Any, run: int, answer: Any, error: str | None, trace: str | None,
+                latency: float) -> Outcome:
         state, target = self.state, self.state.target
-        bench, task = state.bench(case.bench), case.task
-        t0 = time.perf_counter()
-        answer, error, trace = timed(lambda: self._answer(bench, task))
-        latency = time.perf_counter() - t0
+        if error is None and answer is not None and answer.error:  # the agent ran, the web did not answer
+            error = answer.error
         prediction = answer.prediction if answer is not None else None
         verdict = bench.score(task, prediction)
         fields = bench.record_fields(task, prediction)
@@ -449,6 +549,8 @@ class EvalSuite:
                                  "world_seed": state.world_seed, "world_size": state.world_size,
                                  "visit_backend": state.visit_backend,
                                  "split": task.metadata.get("split", state.split)}
+        if state.web is not None and not isinstance(bench, LocalBenchmark):
+            extra["search"] = state.web.provider  # the provider only: an endpoint may carry a key in its query
         extra.update({k: task.metadata[k] for k in CELL_KEYS if task.metadata.get(k) is not None})
         if state.weights:  # which weights each role answered with (a role without a checkpoint: its start)
             extra["weights"] = {role: w.record() for role, w in state.weights.items()}
@@ -456,15 +558,27 @@ class EvalSuite:
             extra.update(answer.extra)
         if trace is not None:  # where the runner crashed (never for a sensitive benchmark)
             extra["traceback"] = trace
+        if error is None:
+            label = None
+        elif error.startswith("timeout"):
+            label = "timeout"
+        else:
+            label = UNREACHABLE_VERDICT if error.startswith(UNREACHABLE_VERDICT) else "crashed"
+        # the expert has no temperature: its runs differ by the seed of its noise (--expert-noise)
+        sampled = state.inference_runs > 1 or state.temperature > 0
+        temperature = state.temperature if sampled and state.trainer != EXPERT else None
         record = TaskRecord(
             run_id=target.run_id, trainer=target.trainer, seed=target.seed, step=target.step,
             benchmark=bench.name, task_id=task.task_id, correct=bool(verdict.correct and error is None),
             benchmark_version=bench.version, prediction=fields["prediction"], gold=fields["gold"],
             judge=verdict.judge if error is None else None,
-            verdict=verdict.verdict if error is None else ("timeout" if error.startswith("timeout") else "crashed"),
+            verdict=verdict.verdict if error is None else label,
             error=error if error is not None else verdict.error,
             n_turns=getattr(answer, "n_turns", None), n_sub_calls=getattr(answer, "n_sub_calls", None),
             n_tokens=getattr(answer, "n_tokens", None), latency_s=round(latency, 6), extra=extra,
+            inference_run=run if state.inference_runs > 1 else None,
+            temperature=temperature,
+            sample_seed=sample_seed(target, run) if sampled else None,
             # the transcript holds the question: never on disk for a sensitive benchmark (XBench plain text)
             transcript=None if bench.sensitive else getattr(answer, "transcript", None))
         path = append_task(target.run_dir, record)
@@ -486,7 +600,8 @@ def eval_world(pytestconfig: pytest.Config) -> Any:
     state = _state(pytestconfig)
     assert state is not None
     world = LocalWorld(state.world_seed, state.world_size, state.visit_backend)
-    world.start()  # here, so the first task's latency does not include starting the world
+    if any(isinstance(state.bench(name), LocalBenchmark) for name in state.bench_names):
+        world.start()  # here, so the first task's latency does not include starting the world
     yield world
     world.close()
 
@@ -524,16 +639,20 @@ class _Bookkeeper:
             self.state.ran.setdefault(bench, set()).add(task_id)
 
 
-def _session_records(state: EvalState, name: str) -> dict[str, Any]:
-    """This session's records of benchmark ``name`` read back from disk (the last per task id)."""
-    recs: dict[str, Any] = {}
+def _session_records(state: EvalState, name: str) -> dict[tuple[str, int], Any]:
+    """This session's records of benchmark ``name`` read back from disk (the last per task id and inference run)."""
+    recs: dict[tuple[str, int], Any] = {}
     if state.target is not None:
         path = RunPaths(state.target.run_dir).eval_file(state.target.step, name)
         if path.is_file():
             for r in read_tasks(path, tolerate_truncated_tail=True, transcripts=False).records:
                 if r.extra.get("eval_session") == state.session_id:
-                    recs[r.task_id] = r
+                    recs[(r.task_id, r.inference_run or 0)] = r
     return recs
+
+
+#: Verdicts of a task the agent could not finish (counted in the table's errors column; incorrect).
+ERROR_VERDICTS = ("crashed", "timeout", UNREACHABLE_VERDICT)
 
 
 def _rows(state: EvalState) -> list[dict[str, Any]]:
@@ -541,8 +660,9 @@ def _rows(state: EvalState) -> list[dict[str, Any]]:
     for name in state.bench_names:
         recs = _session_records(state, name)
         ran = state.ran.get(name, set())
-        missing = sorted(ran - set(recs))
-        outcomes = [r.correct for r in recs.values()] + [False] * len(missing)
+        missing = sorted(ran - {task_id for task_id, _ in recs})
+        # an item that ran without leaving records (its worker died): incorrect in every run
+        outcomes = [r.correct for r in recs.values()] + [False] * (len(missing) * state.inference_runs)
         row: dict[str, Any] = {"bench": name, "n": len(outcomes)}
         if not outcomes:
             reasons = state.skipped.get(name) or ["no item of it ran (deselected, or a collection error)"]
@@ -550,11 +670,13 @@ def _rows(state: EvalState) -> list[dict[str, Any]]:
         else:
             acc = accuracy(outcomes)
             lat = [r.latency_s for r in recs.values() if r.latency_s is not None]
-            row.update(acc=acc, errors=sum(r.error is not None and r.verdict in ("crashed", "timeout")
-                                           for r in recs.values()) + len(missing),
+            per_run = [accuracy([r.correct for (_, run), r in recs.items() if run == k]).mean
+                       for k in range(state.inference_runs)] if state.inference_runs > 1 else []
+            row.update(acc=acc, errors=sum(r.error is not None and r.verdict in ERROR_VERDICTS
+                                           for r in recs.values()) + len(missing) * state.inference_runs,
                        missing=len(missing), latency=sum(lat) / len(lat) if lat else math.nan,
                        version=next(iter(recs.values())).benchmark_version if recs else "?",
-                       cells=_cells(list(recs.values())))
+                       cells=_cells(list(recs.values())), per_run=per_run)
         rows.append(row)
     return rows
 
@@ -604,6 +726,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                       f"{lat:7.3f} {per_min:9.1f}")
         if row["cells"]:
             tr.write_line(f"  {row['cells']}")
+        if row["per_run"]:
+            tr.write_line(f"  {state.inference_runs} inference runs at temperature {state.temperature:g}, accuracy per "
+                          f"run: {', '.join(f'{100 * a:.1f}%' for a in row['per_run'])} (the row above: their mean)")
         if row["missing"]:
             tr.write_line(f"  {row['missing']} item(s) ran without leaving a record: counted incorrect")
     if target is not None:

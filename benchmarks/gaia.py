@@ -43,8 +43,10 @@ import warnings
 from pathlib import Path
 from typing import Any, ClassVar, Iterable
 
+from benchmarks.attachments import attachment_text
 from benchmarks.base import Benchmark, BenchmarkDataError, BenchmarkDataMissing, Task, Verdict, read_jsonl
 from benchmarks.registry import register_benchmark
+from harness.world.schemas import ATTACHMENT_MARKER
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +187,13 @@ class Gaia(GaiaScoring, Benchmark):
         self.subset = None if subset == "all" else subset
         self.config = config
         self.levels = None if levels is None else {int(x) for x in levels}
+
+    def prompt(self, task: Task) -> str:
+        """The question, then each attachment as ``\nAttached file <name>:\n<text>`` (:mod:`benchmarks.attachments`)."""
+        text = task.question
+        for path in task.attachments:
+            text += f"\n{ATTACHMENT_MARKER}{Path(path).name}:\n{attachment_text(Path(path))}"  # as local_gaia's
+        return text
 
     # -- sources --------------------------------------------------------------------------------
     def _local_rows(self, split: str) -> tuple[Path, list[tuple[int, dict[str, Any]]], list[Path]]:

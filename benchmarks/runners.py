@@ -7,9 +7,10 @@
   planner and sub-agent) acting through a real :class:`harness.tools.toolbox.WebToolbox` that talks
   HTTP to a :class:`harness.world.server.WorldServer` on 127.0.0.1 (visit backend ``direct`` by
   default, ``playwright`` on request). It is the upper bound of the offline world and needs no
-  training. It answers only the ``local_*`` benchmarks: the real GAIA / XBench / WebWalkerQA need
-  the real web, which the offline expert cannot browse, so it says so (the plugin reports those
-  benchmarks as "not run" with that reason).
+  training. On the real GAIA / XBench / WebWalkerQA (only with ``--web``: real search and browsing) it
+  is :class:`benchmarks.web.WebReader`, a scripted extractive reader: a plumbing check and a weak
+  baseline, not an upper bound. Without ``--web`` the plugin reports those benchmarks as "not run"
+  with the options that would run them.
 * every trainer of the registry :data:`baselines.TRAINERS` (``mgrpo``, ``frozen_sub``,
   ``single_agent``): a trained run of that trainer, the latest under
   ``runs/`` (the one whose ``provenance.json`` is newest among those naming the trainer) or the
@@ -20,7 +21,11 @@
   planner + :class:`~harness.rollout.InProcessSubAgent` when the trainer's planner delegates
   (``TrainerSpec.delegates``: ``mgrpo``/``frozen_sub``), else the single agent with the toolbox.
   What differs by trainer is read from its ``TrainerSpec`` (``delegates``, ``has_sub``,
-  ``sub_trains``, ``planner_agent``), never from its name.
+  ``sub_trains``, ``planner_agent``), never from its name. A real benchmark (``--web``) is posed with
+  its own ``Benchmark.prompt`` (GAIA attachments as text, WebWalkerQA's start URL) and answered with
+  the real-web toolbox of :mod:`benchmarks.web` (the run's hits per search and page budget kept);
+  a task whose every tool call failed to reach the web is an error (``Answer.error``), not a skip.
+  ``--inference-runs N`` answers each task N times (run ``r`` sampled with seed :func:`sample_seed`).
 
 Run layout this module reads (docs/report.md; the trainers write it): ``<run>/provenance.json`` with
 ``trainer`` at the top level (:func:`harness.records.write_provenance`) or under ``config``;
@@ -56,6 +61,7 @@ from typing import Any, Callable
 from baselines import TRAINERS, get_trainer
 from benchmarks.base import Benchmark, Task
 from benchmarks.local import LocalBenchmark
+from benchmarks.web import ToolTally, WebError, WebOptions, WebReader, web_toolbox
 from harness.checkpoint_files import CheckpointError, warm_start_model_dir
 from harness.config import from_dict
 from harness.records import PROVENANCE_FILE, RecordError, read_json
@@ -329,6 +335,9 @@ class Answer:
     extra: dict[str, Any] = field(default_factory=dict)
     transcript: dict[str, Any] | None = None
     """The episode's turns (:mod:`harness.transcript`); the plugin keeps it off disk for sensitive benchmarks."""
+    error: str | None = None
+    """Why the answer does not count although the agent ran (the web unreachable for every tool call of the
+    task, :class:`benchmarks.web.ToolTally`): recorded as an error, incorrect, in the denominator."""
 
 
 @dataclass
@@ -338,6 +347,10 @@ class RunnerContext:
     target: EvalTarget
     world: LocalWorld
     expert_noise: float = 0.0
+    web: WebOptions | None = None
+    """Real-web tools for the real benchmarks (``--web``); None: only the ``local_*`` benchmarks can run."""
+    temperature: float = 0.0
+    """Sampling temperature of a model runner's inference runs (0: greedy, one run)."""
 
 
 class Runner:
@@ -349,8 +362,9 @@ class Runner:
         self.ctx = ctx
 
     @classmethod
-    def unsupported(cls, bench: Benchmark, world_seed: int, world_size: str) -> str | None:
-        """None when this runner can answer ``bench``'s tasks on that world, else why it cannot.
+    def unsupported(cls, bench: Benchmark, world_seed: int, world_size: str, web: bool = False) -> str | None:
+        """None when this runner can answer ``bench``'s tasks on that world (a real benchmark: with real-web
+        tools, ``web``), else why it cannot.
 
         A classmethod, so the plugin can ask at collection time without building the runner.
         """
@@ -359,14 +373,33 @@ class Runner:
                 return (f"{bench.name} is over world seed {bench.world_seed} ({bench.world_size}) but the "
                         f"served world is seed {world_seed} ({world_size})")
             return None
-        return (f"the {cls.name or 'model'} runner answers only the local_* benchmarks of the offline world; "
-                f"{bench.name} needs a web-capable agent (real search and browsing)")
+        if web:
+            return None
+        return (f"{bench.name} needs real-web tools: pass --web searxng --search-endpoint URL (or --web json_api; "
+                f"docs/evaluation.md); without them the {cls.name or 'model'} runner answers only the local_* "
+                "benchmarks of the offline world")
 
-    def answer(self, bench: Benchmark, task: Task) -> Answer:
+    def answer(self, bench: Benchmark, task: Task, run: int = 0) -> Answer:
+        """Answer ``task`` in inference run ``run`` (``0`` .. ``--inference-runs`` - 1)."""
         raise NotImplementedError
+
+    def web_toolbox(self, run_tools: dict[str, Any] | None = None) -> ToolTally:
+        """The real-web toolbox of the suite's ``--web`` options (built once, closed with the runner)."""
+        if self.ctx.web is None:
+            raise RunnerError("a real benchmark needs --web (docs/evaluation.md)")
+        if getattr(self, "_web", None) is None:
+            try:
+                self._web = web_toolbox(self.ctx.web, run_tools)
+            except WebError as exc:
+                raise RunnerError(str(exc)) from None
+        return self._web
 
     def close(self) -> None:
         """Release what the runner holds (the world is closed by its owner)."""
+        web = getattr(self, "_web", None)
+        if web is not None:
+            self._web = None
+            web.close()
 
 
 def _local_row(task: Task, base_url: str) -> dict[str, Any]:
@@ -381,11 +414,19 @@ class ExpertRunner(Runner):
 
     name = EXPERT
 
-    def answer(self, bench: Benchmark, task: Task) -> Answer:
+    def answer(self, bench: Benchmark, task: Task, run: int = 0) -> Answer:
+        if not isinstance(bench, LocalBenchmark):  # a real benchmark: the scripted reader on the web
+            toolbox = self.web_toolbox()
+            before = toolbox.snapshot()
+            prediction, messages = WebReader(toolbox).run(bench.prompt(task))
+            counts, error = toolbox.verdict(before)
+            n_turns = sum(1 for m in messages if m["role"] == "assistant")
+            return Answer(prediction, n_turns=n_turns, n_sub_calls=0, extra=counts, error=error,
+                          transcript=messages_transcript(messages, agent="single_agent"))
         world = self.ctx.world
         row = _local_row(task, world.base_url)
         episode = run_expert_episode(row, world.toolbox, config=ExpertConfig(noise=self.ctx.expert_noise),
-                                     seed=self.ctx.target.seed)
+                                     seed=self.ctx.target.seed + run)
         n_turns = sum(1 for m in episode.planner if m["role"] == "assistant")
         return Answer(episode.answer, n_turns=n_turns, n_sub_calls=len(episode.sub_calls),
                       extra={"n_sub_turns": sum(1 for s in episode.sub_calls for m in s if m["role"] == "assistant")},
@@ -543,12 +584,12 @@ class ModelRunner(Runner):
         config = (target.provenance or {}).get("config") or {}
         rollout = config.get("rollout") if isinstance(config.get("rollout"), dict) else {}
         self.cfg = from_dict(RolloutConfig, dict(rollout), "provenance config.rollout") if rollout else RolloutConfig()
-        self.cfg.k, self.cfg.temperature = 1, 0.0  # one greedy episode per task
+        self.cfg.k, self.cfg.temperature = 1, ctx.temperature  # one episode per task and run (greedy: 0)
         self.cfg.validate()
         self.weights = resolve_weights(target)
         self.planner = load_policy(target.run_dir, "planner", weights=self.weights["planner"])
         self.sub = load_policy(target.run_dir, "sub", weights=self.weights["sub"]) if self.multi else None
-        self._engine: Any = None
+        self._engines: dict[str, Any] = {}  # the sub-agent's engine per toolbox: "world", "web"
         # The agents see the world as they did in training: the run's address for it (world.address, e.g.
         # http://world.local, which the warm start's demonstrations use) and its tool settings (hits per
         # search, characters per page); only the visit backend is the suite's (--visit-backend).
@@ -570,31 +611,45 @@ class ModelRunner(Runner):
             self._toolbox = AddressedToolbox(inner, self.address, world.base_url) if self.address else inner
         return self._toolbox
 
-    def answer(self, bench: Benchmark, task: Task) -> Answer:
-        world = self.ctx.world
-        question = task_prompt(_local_row(task, self.address or world.base_url))
-        if self.multi:
-            if self._engine is None:
-                self._engine = SubAgentEngine(self.sub, self.toolbox(), self.cfg, seed=self.ctx.target.seed)
-            result = run_group([Query(task.task_id, question)], self.planner, self.cfg,
-                               sub_agent=InProcessSubAgent(self._engine), reasoner=self.reasoner,
-                               seed=self.ctx.target.seed)
+    def answer(self, bench: Benchmark, task: Task, run: int = 0) -> Answer:
+        web = not isinstance(bench, LocalBenchmark)
+        if web:  # a real benchmark: its own prompt (attachments, start URL) and the real-web toolbox
+            toolbox: Any = self.web_toolbox(self.tools_cfg)
+            question = bench.prompt(task)
+            before = toolbox.snapshot()
         else:
+            toolbox = self.toolbox()
+            question = task_prompt(_local_row(task, self.address or self.ctx.world.base_url))
+        seed = sample_seed(self.ctx.target, run)
+        if self.multi:
+            kind = "web" if web else "world"
+            if kind not in self._engines:
+                self._engines[kind] = SubAgentEngine(self.sub, toolbox, self.cfg, seed=self.ctx.target.seed)
             result = run_group([Query(task.task_id, question)], self.planner, self.cfg,
-                               toolbox=self.toolbox(), seed=self.ctx.target.seed)
+                               sub_agent=InProcessSubAgent(self._engines[kind]), reasoner=self.reasoner, seed=seed)
+        else:
+            result = run_group([Query(task.task_id, question)], self.planner, self.cfg, toolbox=toolbox, seed=seed)
         episode = result.episodes[0]
         traj = episode.trajectory
         n_tokens = traj.n_model_tokens + sum(t.n_model_tokens for t in result.sub_trajectories)
+        counts, error = toolbox.verdict(before) if web else ({}, None)
         return Answer(episode.answer, n_turns=traj.n_turns, n_sub_calls=len(episode.sub_results),
-                      n_tokens=n_tokens, extra={"end_reason": traj.end_reason, "format_ok": traj.format_ok},
-                      transcript=episode_transcript(episode))
+                      n_tokens=n_tokens, extra={"end_reason": traj.end_reason, "format_ok": traj.format_ok, **counts},
+                      transcript=episode_transcript(episode), error=error)
 
     def close(self) -> None:
-        if self._engine is not None:
-            self._engine.close()
+        for engine in self._engines.values():
+            engine.close()
+        self._engines.clear()
+        super().close()
         if self._toolbox is not None:
             self._toolbox.close()  # the run's own toolbox (its browser pool, with --visit-backend playwright)
             self._toolbox = None
+
+
+def sample_seed(target: EvalTarget, run: int) -> int:
+    """The sampling seed of inference run ``run`` of ``target`` (run 0: the run's seed, as before runs existed)."""
+    return target.seed + run
 
 
 RunnerFactory = Callable[[RunnerContext], Runner]
@@ -618,11 +673,11 @@ def runner_names() -> list[str]:
     return sorted(RUNNERS)
 
 
-def unsupported(name: str, bench: Benchmark, world_seed: int, world_size: str) -> str | None:
+def unsupported(name: str, bench: Benchmark, world_seed: int, world_size: str, web: bool = False) -> str | None:
     """Why runner ``name`` cannot answer ``bench`` (None if it can), without building it."""
     factory = RUNNERS[name]
     check = getattr(factory, "unsupported", None)
-    return check(bench, world_seed, world_size) if check is not None else None
+    return check(bench, world_seed, world_size, web) if check is not None else None
 
 
 def build_runner(name: str, ctx: RunnerContext) -> Runner:

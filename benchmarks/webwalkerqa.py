@@ -28,6 +28,7 @@ from typing import Any
 from benchmarks.base import Benchmark, BenchmarkDataError, BenchmarkDataMissing, Task, read_jsonl
 from benchmarks.registry import register_benchmark
 from benchmarks.scoring import WEBWALKERQA_DIFFICULTIES, WEBWALKERQA_TYPES
+from harness.world.schemas import START_MARKER
 
 SPLIT_FILES = {"main": "webwalkerqa_main.jsonl", "sample24": "webwalkerqa_sample24.jsonl"}
 
@@ -77,6 +78,10 @@ class WebWalkerQA(Benchmark):
     def __init__(self, *, path: str | os.PathLike[str] | None = None, **options: Any):
         super().__init__(**options)
         self.path = Path(path) if path is not None else None
+
+    def prompt(self, task: Task) -> str:
+        """The question and the website the walk starts from (the task's ``root_url``)."""
+        return f"{task.question}{START_MARKER}{task.metadata['root_url']}"
 
     def data_files(self, split: str | None = None) -> list[Path]:
         split = split or "main"

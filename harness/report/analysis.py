@@ -9,7 +9,8 @@ Decisions where the paper is silent (also in docs/report.md):
   their own column. If the final steps differ between seeds the table shows the range.
 - **Claims** compare final accuracy *pooled over the benchmarks both arms were evaluated on*
   (mean over benchmarks of the per-benchmark difference; the bootstrap draws are averaged the
-  same way); per-benchmark comparisons are listed as evidence, with how many common eval steps
+  same way), within one family only (:func:`families`): the real benchmarks (the headline when
+  present) and the offline ``local_*`` twins are pooled separately, never together; per-benchmark comparisons are listed as evidence, with how many common eval steps
   had the first arm's across-seed mean curve above the second's. When neither arm has eval
   records but both have training records, the metric falls back to the final planner training
   reward (mean of each run's last 10% of steps), bootstrapped over seeds only, and says so.
@@ -356,6 +357,18 @@ def _steps_above(curves: dict[tuple[str, str], dict[int, float]], a: str, b: str
     return int(above), len(common)
 
 
+def family(benchmark: str) -> str:
+    """``local`` for the offline world's ``local_*`` twins, ``real`` for GAIA, XBench-DeepSearch, WebWalkerQA."""
+    return "local" if benchmark.startswith("local_") else "real"
+
+
+def families(benches: list[str]) -> list[list[str]]:
+    """``benches`` split by :func:`family`, the real benchmarks first; empty families left out. Accuracy is
+    pooled within a family only: a real benchmark's number and a tiny offline world's never share a mean."""
+    out = [[b for b in benches if family(b) == f] for f in ("real", "local")]
+    return [f for f in out if f]
+
+
 def _final_reward(ds: Dataset, arm: str) -> list[float]:
     st = ds.steps
     ok = [r.run_id for r in ds.runs if r.arm == arm and not r.failed]
@@ -383,14 +396,15 @@ def compare_pair(ds: Dataset, acc: list[AccuracyCell], run_acc: pd.DataFrame, be
         per = [_compare(better, worse, b, "final accuracy", cb[b].draws, cw[b].draws, cb[b].mean,
                         cw[b].mean, cb[b].n_seeds, cw[b].n_seeds,
                         _steps_above(curves, better, worse, [b])) for b in benches]
-        pooled = _compare(
-            better, worse, f"pooled ({', '.join(benches)})", "final accuracy, mean over benchmarks",
-            np.mean([cb[b].draws for b in benches], axis=0),
-            np.mean([cw[b].draws for b in benches], axis=0),
-            float(np.mean([cb[b].mean for b in benches])), float(np.mean([cw[b].mean for b in benches])),
-            min(cb[b].n_seeds for b in benches), min(cw[b].n_seeds for b in benches),
-            _steps_above(curves, better, worse, benches))
-        return [pooled, *per] if len(per) > 1 else [pooled]
+        # one pooled comparison per family, the real benchmarks' first (the headline): never real with local
+        pooled = [_compare(
+            better, worse, f"pooled ({', '.join(fam)})", "final accuracy, mean over benchmarks",
+            np.mean([cb[b].draws for b in fam], axis=0),
+            np.mean([cw[b].draws for b in fam], axis=0),
+            float(np.mean([cb[b].mean for b in fam])), float(np.mean([cw[b].mean for b in fam])),
+            min(cb[b].n_seeds for b in fam), min(cw[b].n_seeds for b in fam),
+            _steps_above(curves, better, worse, fam)) for fam in families(benches)]
+        return [*pooled, *per] if len(per) > 1 else pooled
     if cb or cw:
         return [_not_run(better, worse, "no benchmark evaluated for both arms")]
     rb, rw = _final_reward(ds, better), _final_reward(ds, worse)

@@ -30,7 +30,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from harness.report.analysis import Analysis, curve  # noqa: E402
+from harness.report.analysis import Analysis, curve, families  # noqa: E402
 from harness.report.dataset import Dataset  # noqa: E402
 from harness.report.stats import smooth_text  # noqa: E402
 
@@ -235,6 +235,11 @@ def sample_efficiency(ds: Dataset, an: Analysis) -> FigureInfo:
         for ax, k in zip(axes.flat, ("traj", "tokens")):
             _no_data(ax, xlabels[k], ylabel, f"accuracy vs {k}", "needs eval and step records")
     else:
+        # within one family (the offline local_* twins when a run has them, else the real benchmarks)
+        fams = families(sorted(ra["benchmark"].unique()))
+        fam = fams[-1] if fams else []
+        ra = ra[ra["benchmark"].isin(fam)]
+        ylabel = f"accuracy (fraction correct, mean over {', '.join(fam)})"
         pooled = ra.groupby(["run_id", "step"], sort=True)["acc"].mean().reset_index()
         pooled["arm"] = pooled["run_id"].map({r.run_id: r.arm for r in ds.runs})
         pooled["traj"] = 0.0

@@ -76,12 +76,17 @@ def make_backend(model: Any, tokenizer: Any, vllm_url: str | None) -> Any:
 
 def build_toolbox(cfg: TrainConfig, world_url: str) -> Any:
     """``search`` (BM25 over the world's pages, built here) and ``visit`` (the world server at ``world_url``).
+    With ``tools.search_backend: realweb`` the search is the configured API and, with ``tools.allow_all_hosts``,
+    visits reach the web as well as the world's server (docs/tools.md).
 
     The world is regenerated from ``world.seed`` / ``world.size`` for the search index: deterministic, and
     cheap next to loading a model (the world server does the same); the tasks are not (they are read from
     the prepared task set, :mod:`harness.role.tasks`)."""
-    world = generate_world(seed=cfg.world.seed, size=cfg.world.size)
-    toolbox = _build(cfg.tools, SearchIndex.build(world), world_url)
+    if cfg.tools.search_backend == "realweb":  # training against the web: the search API of tools.realweb
+        toolbox = _build(cfg.tools, None, world_url)
+    else:
+        world = generate_world(seed=cfg.world.seed, size=cfg.world.size)
+        toolbox = _build(cfg.tools, SearchIndex.build(world), world_url)
     return AddressedToolbox(toolbox, cfg.world.address, world_url) if cfg.world.address else toolbox
 
 

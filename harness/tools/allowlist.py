@@ -9,7 +9,8 @@ URL always yields the same error observation, for example::
     Error: URL not allowed: scheme 'file' is refused; allowed hosts: 127.0.0.1:43121
 
 Real web (GPU users, online) opts in with ``allow_all_hosts=True``: any ``http``/``https`` host
-is allowed, still never another scheme.
+is allowed, still never another scheme; hosts listed next to it are the named exceptions to the
+private-network block below.
 
 Deliberate additions:
 
@@ -107,14 +108,21 @@ class Allowlist:
 
     @classmethod
     def open_web(cls, block_private_networks: bool = True,
-                 resolve: Callable[[str], list[str]] | None = None) -> "Allowlist":
-        """Any ``http``/``https`` host (explicit opt-in for the real web); ``resolve``: see :attr:`resolve`."""
-        return cls(hosts=(), allow_all_hosts=True, block_private_networks=block_private_networks, resolve=resolve)
+                 resolve: Callable[[str], list[str]] | None = None,
+                 hosts: tuple[str, ...] | list[str] = ()) -> "Allowlist":
+        """Any ``http``/``https`` host (explicit opt-in for the real web); ``resolve``: see :attr:`resolve`.
+
+        ``hosts``: ``host[:port]`` entries allowed even when they are local or private (the only way
+        past ``block_private_networks`` for one service: a local search stand-in, the offline world next
+        to the real web, an intranet mirror the user names)."""
+        return cls(hosts=tuple(hosts), allow_all_hosts=True, block_private_networks=block_private_networks,
+                   resolve=resolve)
 
     def describe(self) -> str:
         """What is allowed, as shown at the end of every refusal message."""
         if self.allow_all_hosts:
-            return "allowed: any public http(s) host" if self.block_private_networks else "allowed: any http(s) host"
+            what = "any public http(s) host" if self.block_private_networks else "any http(s) host"
+            return f"allowed: {what}" + (f" and {', '.join(self.hosts)}" if self.hosts else "")
         return "allowed hosts: " + ", ".join(self.hosts)
 
     def check(self, url: str) -> str | None:
@@ -138,7 +146,7 @@ class Allowlist:
         except ValueError as exc:
             return f"URL not allowed: {exc}; {self.describe()}"
         if self.allow_all_hosts:
-            if not self.block_private_networks:
+            if not self.block_private_networks or key in self._host_set:
                 return None
             host = parts.hostname or ""
             if _is_private_host(host):

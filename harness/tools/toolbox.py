@@ -26,6 +26,7 @@ from typing import Any, Literal
 from harness.protocol import TOOL_ARGUMENTS, render_error
 from harness.config import ConfigError, help_field
 from harness.tools.allowlist import Allowlist
+from harness.tools.extract import EXTRACTORS, get_extractor
 from harness.tools.browser import DEFAULT_ARGS, DEFAULT_CHROMIUM, BrowserConfig, BrowserPool
 from harness.tools.realweb import RealWebSearch, RealWebSearchConfig
 from harness.tools.search import SearchBackend, SearchTool, bind_base_url
@@ -43,6 +44,9 @@ class ToolsConfig:
         "world", help="'world' (the offline world's BM25 index) or 'realweb' (the HTTP search API in realweb)")
     visit_backend: Literal["playwright", "direct"] = help_field(
         "playwright", help="'playwright' (Chromium; evaluation, real web) or 'direct' (HTTP fetch; fast CPU training)")
+    extractor: str = help_field(
+        "simple", help="how a page's HTML becomes text: 'simple' (the offline world's converter, every line) or "
+                       "'web' (trafilatura's main content plus the page's links; the real web)")
     max_chars: int = help_field(6000, help="page text budget per visit; longer text ends with a '[truncated]' line")
     max_html_chars: int = help_field(
         1_000_000, help="page-size cap: HTML characters (direct: bytes) read before conversion to text")
@@ -50,7 +54,8 @@ class ToolsConfig:
     max_concurrency: int = help_field(4, help="Playwright: pages loading at once (reused browser contexts)")
     max_redirects: int = help_field(5, help="direct: redirects followed (each hop checked against the allowlist)")
     allowed_hosts: list[str] = help_field(
-        [], help="extra host[:port] entries visit may open besides the world's own host")
+        [], help="extra host[:port] entries visit may open besides the world's own host; with allow_all_hosts, "
+                 "hosts allowed even though they are local or private (a local stand-in, an intranet mirror)")
     allow_all_hosts: bool = help_field(
         False, help="real web only: allow any http(s) host (file:, data:, chrome:, javascript: stay refused)")
     block_private_networks: bool = help_field(
@@ -70,6 +75,8 @@ class ToolsConfig:
         """Fail early with a message naming the key to change."""
         if self.search_top_k < 1:
             raise ConfigError("tools.search_top_k must be at least 1")
+        if self.extractor not in EXTRACTORS:
+            raise ConfigError(f"tools.extractor {self.extractor!r}: use one of {', '.join(sorted(EXTRACTORS))}")
         if self.max_chars < 100:
             raise ConfigError("tools.max_chars must be at least 100 (the page text budget)")
         if self.max_html_chars < self.max_chars:
@@ -90,8 +97,9 @@ class ToolsConfig:
 
     def allowlist(self, base_url: str | None) -> Allowlist:
         """The visit allowlist for a world served at ``base_url`` (or the open web)."""
-        if self.allow_all_hosts:
-            return Allowlist.open_web(self.block_private_networks)
+        if self.allow_all_hosts:  # the world's own server stays reachable next to the web (a local address)
+            return Allowlist.open_web(self.block_private_networks,
+                                      hosts=[*self.allowed_hosts, *([base_url] if base_url else [])])
         try:
             return Allowlist.for_base_url(base_url, self.allowed_hosts)
         except ValueError as exc:
@@ -235,5 +243,6 @@ def build_toolbox(
                 user_agent=config.user_agent or DEFAULT_USER_AGENT,
             )
     search = SearchTool(backend, top_k=config.search_top_k, snippets=config.search_snippets)
-    visit = VisitTool(visit_backend, allowlist, max_chars=config.max_chars, timeout_s=config.timeout_s)
+    visit = VisitTool(visit_backend, allowlist, max_chars=config.max_chars, timeout_s=config.timeout_s,
+                      extract=get_extractor(config.extractor))
     return WebToolbox(search, visit, owned=owned)

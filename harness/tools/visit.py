@@ -10,9 +10,9 @@ Two backends share one interface, :class:`VisitBackend` (``fetch(url, timeout) -
   evaluation and the real web.
 
 :class:`VisitTool` turns either into the observation the agent sees: the URL is checked against
-the allowlist, the page is fetched, its HTML goes through
-:func:`harness.tools.html_text.html_to_text` (the one conversion both backends use, with the
-final URL after redirects as base), and the text is cut to ``max_chars`` characters with a
+the allowlist, the page is fetched, its HTML goes through the page extractor (by default
+:func:`harness.tools.html_text.html_to_text`, the one conversion both backends use, with the
+final URL after redirects as base; ``tools.extractor: web`` for the open web, :mod:`harness.tools.extract`), and the text is cut to ``max_chars`` characters with a
 ``[truncated]`` line. Every failure (refused URL, HTTP error status, timeout, download, connection
 error) comes back as :func:`harness.protocol.render_error` text; nothing raises into the
 agent loop.
@@ -45,7 +45,7 @@ import ssl
 import time
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 from urllib.parse import urljoin, urlsplit
 
 from harness.protocol import render_error
@@ -294,11 +294,14 @@ class DirectBackend:
 class VisitTool:
     """``visit(url, goal)``: the agent-facing tool. Never raises; thread-safe if the backend is."""
 
-    def __init__(self, backend: VisitBackend, allowlist: Allowlist, max_chars: int = 6000, timeout_s: float = 10.0) -> None:
+    def __init__(self, backend: VisitBackend, allowlist: Allowlist, max_chars: int = 6000, timeout_s: float = 10.0,
+                 extract: Callable[[str, str, int], str] | None = None) -> None:
         self.backend = backend
         self.allowlist = allowlist
         self.max_chars = max_chars
         self.timeout_s = timeout_s
+        # HTML -> text (harness.tools.extract, tools.extractor); None: this module's page_text ("simple")
+        self.extract = extract or page_text
 
     def __repr__(self) -> str:
         return f"VisitTool(backend={self.backend!r}, max_chars={self.max_chars}, timeout_s={self.timeout_s})"
@@ -310,7 +313,7 @@ class VisitTool:
         if reason is not None:
             raise VisitError(reason)
         result = self.backend.fetch(url, self.timeout_s)
-        text = page_text(result.html, result.final_url, self.max_chars)
+        text = self.extract(result.html, result.final_url, self.max_chars)
         if not text:
             return f"(the page at {result.final_url} has no text)"
         return text

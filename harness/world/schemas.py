@@ -27,6 +27,8 @@ WEBWALKER_FIELDS = ("question", "answer", "root_url", "info")
 WEBWALKER_INFO = ("domain", "lang", "source_website", "golden_path", "type", "difficulty_level")
 XBENCH_FIELDS = ("id", "prompt", "answer")
 ATTACHMENT_MARKER = "\nAttached file "
+#: What precedes a WebWalkerQA task's ``root_url`` in its prompt.
+START_MARKER = "\n\nStart from this website: "
 """How :func:`task_prompt` introduces an attachment's content (the expert planner looks for it)."""
 
 
@@ -66,7 +68,7 @@ def task_prompt(task: dict[str, Any], base_dir: str | None = None) -> str:
                 text += f"\n{ATTACHMENT_MARKER}{task['file_name']}:\n{content}"
         return text
     if "root_url" in task:
-        return f"{task['question']}\n\nStart from this website: {task['root_url']}"
+        return f"{task['question']}{START_MARKER}{task['root_url']}"
     if "prompt" in task:
         return str(task["prompt"])
     raise ValueError("task_prompt: unknown task schema (expected GAIA 'Question', WebWalkerQA 'question'+'root_url' or XBench 'prompt')")

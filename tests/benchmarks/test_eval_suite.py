@@ -206,6 +206,7 @@ def test_expert_runner_refuses_real_benchmarks_and_other_worlds():
     assert "world seed" in unsupported("expert", local, 1, "tiny")
     real = get_benchmark("webwalkerqa")
     assert "only the local_* benchmarks" in unsupported("expert", real, 0, "tiny")
+    assert unsupported("expert", real, 0, "tiny", web=True) is None  # with --web it runs on the real web
 
 
 # ------------------------------------------------------------------------------ the suite
@@ -287,7 +288,7 @@ from benchmarks import runners
 class Crashy(runners.ExpertRunner):
     calls = 0
 
-    def answer(self, bench, task):
+    def answer(self, bench, task, run=0):
         Crashy.calls += 1
         if Crashy.calls == 1:
             raise RuntimeError("boom")
@@ -397,7 +398,7 @@ import os
 from benchmarks import runners
 
 class Killer(runners.ExpertRunner):
-    def answer(self, bench, task):
+    def answer(self, bench, task, run=0):
         if task.task_id == os.environ["KILL_TASK_ID"]:
             os._exit(3)  # the xdist worker dies mid-task: no record, no verdict
         return super().answer(bench, task)
@@ -494,7 +495,7 @@ def test_model_runner_sees_the_world_as_the_run_trained_on_it():
     world = LocalWorld(0, "tiny")
     runner = ModelRunner.__new__(ModelRunner)  # the toolbox only: no models are loaded for this check
     runner.ctx = RunnerContext(target=EvalTarget("mgrpo", Path("."), 0, 0, 0, None, "tiny"), world=world)
-    runner.address, runner.tools_cfg, runner._toolbox, runner._engine = "http://world.local", {"search_top_k": 2}, None, None
+    runner.address, runner.tools_cfg, runner._toolbox, runner._engines = "http://world.local", {"search_top_k": 2}, None, {}
     try:
         task = get_benchmark("local_webwalkerqa", world_size="tiny").load(limit=1)[0]
         assert _local_row(task, runner.address)["root_url"].startswith("http://world.local/")
@@ -508,11 +509,9 @@ def test_model_runner_sees_the_world_as_the_run_trained_on_it():
         world.close()
 
 
-@pytest.mark.slow
-def test_suite_evaluates_a_model_folder_without_a_run(tmp_path):
-    """Issue 16: ``pytest benchmarks/ --model DIR`` evaluates a shipped checkpoint (planner and sub-agent
-    from the folder, world size and tools from its provenance, any --world-seed); a changed file is
-    refused before any task runs, naming the file."""
+def tiny_ship(tmp_path: Path) -> Path:
+    """A shipped-checkpoint folder (``tmp_path/ship``) of the tiny model's random weights for every agent: a model
+    that runs the whole evaluation path in seconds and answers nothing (8 new tokens per turn)."""
     from harness.models import ModelSpec, load_model
     from harness.warmstart import ship_checkpoint
 
@@ -527,6 +526,15 @@ def test_suite_evaluates_a_model_folder_without_a_run(tmp_path):
                "stages": {"total_s": 1.0}, "agents": {"joint": {}}, "n_demo_tasks": 0, "n_demo_worlds": 0}
     ship = tmp_path / "ship"
     ship_checkpoint(build, ship, summary, ["--preset", "tiny"])
+    return ship
+
+
+@pytest.mark.slow
+def test_suite_evaluates_a_model_folder_without_a_run(tmp_path):
+    """Issue 16: ``pytest benchmarks/ --model DIR`` evaluates a shipped checkpoint (planner and sub-agent
+    from the folder, world size and tools from its provenance, any --world-seed); a changed file is
+    refused before any task runs, naming the file."""
+    ship = tiny_ship(tmp_path)
     runs = tmp_path / "runs"
     proc = run_suite("--model", str(ship), "--runs-dir", str(runs), "--world-seed", "7", "--bench", "local_xbench",
                      "--bench-limit", "1", "--benchmark-disable")
@@ -543,9 +551,9 @@ def test_suite_evaluates_a_model_folder_without_a_run(tmp_path):
     # a benchmark the model runner cannot answer: one NOT_RUN item, and the folder is not marked completed
     proc = run_suite("--model", str(ship), "--runs-dir", str(runs), "--world-seed", "8", "--bench", "webwalkerqa")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert re.search(r"^webwalkerqa .* not run: the model runner answers only the local_\* benchmarks", proc.stdout, re.M)
+    assert re.search(r"^webwalkerqa .* not run: webwalkerqa needs real-web tools: pass --web searxng", proc.stdout, re.M)
     status = json.loads((runs / "model-ship-tiny-w8" / "status.json").read_text())
-    assert status["state"] == "failed" and "every item was skipped (the model runner answers only" in status["error"]
+    assert status["state"] == "failed" and "every item was skipped (webwalkerqa needs real-web tools" in status["error"]
     # a changed weight file: refused before any task, naming the file
     weights = ship / "joint" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1] + b"\0")

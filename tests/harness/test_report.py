@@ -124,6 +124,24 @@ def test_claims_supported_and_not_run(tmp_path: Path):
     assert an.caveats == [] and all(c.caveats == [] for c in an.claims)
 
 
+def test_claims_never_pool_real_and_local_benchmarks(tmp_path: Path):
+    """A real benchmark (GAIA on the web) and the offline twins are pooled separately: the real family is the
+    headline, the local one follows, and no comparison mixes them (docs/report.md)."""
+    make_experiment(tmp_path, trainers=("frozen_sub", "mgrpo"), steps=40, eval_every=20,
+                    benchmarks=("gaia", "webwalkerqa", "local_gaia"), n_tasks=100,
+                    final_acc={"frozen_sub": 0.3, "mgrpo": 0.8})
+    an = _analyse(tmp_path)
+    fig6 = {c.key: c for c in an.claims}["fig6"]
+    scopes = [c.scope for c in fig6.comparisons]
+    assert scopes == ["pooled (gaia, webwalkerqa)", "pooled (local_gaia)", "gaia", "local_gaia", "webwalkerqa"]
+    acc = {(c.benchmark, c.arm): c.mean for c in an.accuracy}
+    real = fig6.comparisons[0]
+    assert real.diff == pytest.approx(np.mean([acc[(b, "mgrpo")] - acc[(b, "frozen_sub")]
+                                               for b in ("gaia", "webwalkerqa")]))
+    assert analysis.families(["local_xbench", "gaia", "local_gaia", "xbench_deepsearch"]) == [
+        ["gaia", "xbench_deepsearch"], ["local_xbench", "local_gaia"]]
+
+
 def test_claims_not_supported_when_ordering_is_reversed(tmp_path: Path):
     make_experiment(tmp_path, steps=40, eval_every=20, benchmarks=BENCHES, n_tasks=100,
                     with_align_none=True,
