@@ -542,6 +542,8 @@ class EvalSuite:
         state, target = self.state, self.state.target
         if error is None and answer is not None and answer.error:  # the agent ran, the web did not answer
             error = answer.error
+            if bench.sensitive:  # the first failure quotes a URL or query, which may hold the question (XBench)
+                error = error.split(" (first:", 1)[0] + " (detail withheld: sensitive benchmark)"
         prediction = answer.prediction if answer is not None else None
         verdict = bench.score(task, prediction)
         fields = bench.record_fields(task, prediction)

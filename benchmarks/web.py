@@ -127,7 +127,7 @@ class ToolTally:
         self._lock = threading.Lock()
         self.calls = 0
         self.unreachable = 0
-        self.first_unreachable: str | None = None
+        self._failures: list[tuple[int, str]] = []  # (call number, observation) of the recent failures
 
     def call(self, name: str, arguments: dict[str, Any]) -> str:
         out = self.inner.call(name, arguments)
@@ -136,8 +136,7 @@ class ToolTally:
             self.calls += 1
             if failed:
                 self.unreachable += 1
-                if self.first_unreachable is None:
-                    self.first_unreachable = out[:300]
+                self._failures = [*self._failures[-99:], (self.calls, out[:300])]
         return out
 
     def snapshot(self) -> tuple[int, int]:
@@ -146,12 +145,14 @@ class ToolTally:
 
     def verdict(self, before: tuple[int, int]) -> tuple[dict[str, int], str | None]:
         """``(counts, error)`` of the calls since ``before``: the error when every one of them failed."""
-        calls, bad = self.snapshot()
+        with self._lock:
+            calls, bad = self.calls, self.unreachable
+            first = next((text for n, text in self._failures if n > before[0]), None)
         counts = {"web_calls": calls - before[0], "web_unreachable": bad - before[1]}
         error = None
         if counts["web_calls"] and counts["web_unreachable"] == counts["web_calls"]:
             error = (f"{UNREACHABLE_VERDICT}: all {counts['web_calls']} tool call(s) of the task failed to reach the "
-                     f"web (first: {self.first_unreachable})")
+                     f"web (first: {first})")
         return counts, error
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ truncated}, ...]}`` in request order.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import urllib.error
@@ -28,6 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from harness.rollout import SubAgentEngine, SubResult, SubTask, Trajectory
+
+log = logging.getLogger(__name__)
 
 _FIELDS = ("query_id", "rollout", "call", "result", "format_ok", "policy_version", "n_turns", "truncated")
 
@@ -156,6 +159,8 @@ class HTTPSubAgentClient:
             except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
                 last = exc
             if attempt < self.retries:
+                log.warning("sub-agent service at %s: attempt %d of %d failed (%s); retrying in %g s", self.url,
+                            attempt + 1, self.retries + 1, last, self.backoff_s * 2**attempt)
                 time.sleep(self.backoff_s * 2**attempt)
         raise SubAgentUnavailable(
             f"sub-agent service at {self.url} failed after {self.retries + 1} attempts ({last}); "

@@ -417,6 +417,13 @@ class TrainConfig:
                 f"planner: the generation batch planner.groups_per_step * rollout.k = {self.planner_groups} * {self.k} "
                 f"= {gen} must be divisible by planner.num_processes * planner.gradient_accumulation_steps = "
                 f"{self.planner.micro_batches}; change planner.groups_per_step or planner.gradient_accumulation_steps")
+        if self.planner_groups % self.planner.num_processes:
+            # TRL hands each rank a contiguous slice of the generation batch; a slice that ends inside a group
+            # leaves a rank with part of its K rollouts, which the rollout and the advantages cannot score
+            raise ConfigError(
+                f"planner: planner.groups_per_step={self.planner_groups} query groups cannot be split over "
+                f"planner.num_processes={self.planner.num_processes} processes without a group of rollout.k={self.k} "
+                f"straddling two ranks; make planner.groups_per_step a multiple of {self.planner.num_processes}")
         if spec.sub_trains:
             if self.sub.num_processes != 1:
                 raise ConfigError(

@@ -1,6 +1,6 @@
 """``python -m harness world <serve|tasks> ...`` (docs/world.md, README.md).
 
-* ``serve --seed N [--size S] [--port P] [--test-routes]`` -- serve the world on 127.0.0.1
+* ``serve --seed N [--size S] [--host H] [--port P] [--test-routes]`` -- serve the world on 127.0.0.1 (or ``--host``)
   and print its address (first stdout line: ``Serving ... at http://127.0.0.1:PORT/``) until
   Ctrl-C / SIGTERM.
 * ``tasks --seed N --out DIR [--size S] [--n N | --n-train N --n-test N] [--base-url URL]
@@ -30,9 +30,11 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--seed", type=int, required=True, help="world seed (an int >= 0)")
         sp.add_argument("--size", default="default", help=f"world size preset: {'|'.join(SIZES)} (default: default)")
 
-    s = sub.add_parser("serve", help="serve the world on 127.0.0.1 for a person to browse")
+    s = sub.add_parser("serve", help="serve the world over HTTP (127.0.0.1 unless --host) for a person or the roles")
     common(s)
-    s.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: a free port)")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="bind address (default 127.0.0.1; another node's roles need this node's address, or 0.0.0.0)")
+    s.add_argument("--port", type=int, default=0, help="port (default 0: a free port)")
     s.add_argument("--test-routes", action="store_true", help="also serve the /__test__/ routes (slow, error, ...)")
     s.add_argument("--verbose", action="store_true", help="log every request to stderr")
 
@@ -55,7 +57,7 @@ def _serve(args: argparse.Namespace) -> int:
     # background job or a test worker inherits SIG_IGN, and Python then raises no KeyboardInterrupt).
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with WorldServer(world, port=args.port, test_routes=args.test_routes, verbose=args.verbose) as srv:
+    with WorldServer(world, port=args.port, host=args.host, test_routes=args.test_routes, verbose=args.verbose) as srv:
         print(f"Serving the offline world (seed {args.seed}, size {args.size}, {len(world.pages)} pages) "
               f"at {srv.base_url}/ -- press Ctrl-C to stop", flush=True)
         try:

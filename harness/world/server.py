@@ -23,6 +23,7 @@ cannot keep a process alive.
 from __future__ import annotations
 
 import errno
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -37,7 +38,7 @@ NOT_FOUND_HTML = (
 
 
 class PortInUseError(OSError):
-    """The requested port on 127.0.0.1 is already taken."""
+    """The requested port on the bind address is already taken."""
 
 
 class _Server(ThreadingHTTPServer):
@@ -50,6 +51,10 @@ class _Server(ThreadingHTTPServer):
         self.verbose = verbose
         self.stopping = threading.Event()
         super().__init__(addr, _Handler)
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -115,15 +120,22 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class WorldServer:
-    """Serves a :class:`World` over HTTP on 127.0.0.1; a context manager.
+    """Serves a :class:`World` over HTTP; a context manager.
 
-    ``port=0`` (default) picks a free port; ``base_url`` is ``http://127.0.0.1:<port>``.
+    ``host``: the bind address (default 127.0.0.1, this machine only; another node's roles need an address
+    they can reach, e.g. the node's own, or ``0.0.0.0`` for every interface). ``port=0`` (default) picks a
+    free port; ``base_url`` is ``http://<host>:<port>`` (``http://127.0.0.1:<port>`` when bound to every
+    interface: the address that works from this machine; give the others the node's).
     """
 
-    def __init__(self, world: World, port: int = 0, *, test_routes: bool = False, verbose: bool = False) -> None:
+    def __init__(self, world: World, port: int = 0, *, host: str = HOST, test_routes: bool = False,
+                 verbose: bool = False) -> None:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"WorldServer.port: expected an int in 0..65535 (0 = a free port), got {port!r}")
+        if not isinstance(host, str) or not host.strip():
+            raise ValueError(f"WorldServer.host: expected a bind address such as 127.0.0.1, got {host!r}")
         self.world = world
+        self.host = host.strip().strip("[]")
         self.requested_port = port
         self.test_routes = test_routes
         self.verbose = verbose
@@ -138,20 +150,25 @@ class WorldServer:
 
     @property
     def base_url(self) -> str:
-        """``http://127.0.0.1:<port>`` (no trailing slash)."""
-        return f"http://{HOST}:{self.port}"
+        """``http://<host>:<port>`` (no trailing slash); 127.0.0.1 when bound to every interface."""
+        host = HOST if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     def start(self) -> WorldServer:
         if self._server is not None:
             return self
         try:
-            self._server = _Server((HOST, self.requested_port), self.world, self.test_routes, self.verbose)
+            server_cls = _Server6 if ":" in self.host else _Server
+            self._server = server_cls((self.host, self.requested_port), self.world, self.test_routes, self.verbose)
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise PortInUseError(
-                    exc.errno, f"port {self.requested_port} on {HOST} is already in use; "
+                    exc.errno, f"port {self.requested_port} on {self.host} is already in use; "
                     "choose another port or pass port=0 (--port 0) for a free one"
                 ) from exc
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise OSError(exc.errno, f"cannot bind {self.host}: no interface of this machine has that address "
+                                         "(give one of its own addresses, 127.0.0.1 or 0.0.0.0)") from exc
             raise
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name=f"world-server:{self.port}", daemon=True)

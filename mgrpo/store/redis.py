@@ -29,6 +29,7 @@ the scripts and the mapping of redis-py's errors onto the store's.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from typing import Any, Callable, Mapping, Sequence, TypeVar
@@ -62,6 +63,8 @@ from mgrpo.store.records import (
     SubCallRecord,
     _schema_msg,
 )
+
+log = logging.getLogger(__name__)
 
 # All scripts validate before their first write, so a refused call leaves nothing half-written.
 _LUA_DECLARE = """
@@ -314,9 +317,15 @@ class RedisStore(Store):
                 if self._connected and self._opened:
                     self._check_run_survived()
                 self._connected = False
+                if attempts > 1:
+                    log.warning("Redis at %s:%s is back after %.1f s (%d attempts)", self.host, self.port,
+                                time.monotonic() - start, attempts)
                 return out
             except (r.ConnectionError, r.TimeoutError) as exc:  # BusyLoadingError is a ConnectionError
                 elapsed = time.monotonic() - start
+                if attempts == 1:  # once per outage: a role's log shows it, and that it ended (above)
+                    log.warning("lost Redis at %s:%s (%s); retrying for up to %g s", self.host, self.port,
+                                str(exc).rstrip("."), self.retry_s)
                 if elapsed + delay > self.retry_s:
                     raise StoreUnavailable(
                         f"lost Redis at {self.host}:{self.port} (db {self.db}) for {elapsed:.1f} s "

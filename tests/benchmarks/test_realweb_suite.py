@@ -8,8 +8,8 @@ an attachment, an encrypted XBench CSV, WebWalkerQA rows whose ``root_url`` is a
 reaches the internet: the browser may open the stand-in's host only because ``--web-allow-host`` names it.
 
 One suite session of the scripted reader (``--trainer expert``) over the three real benchmarks and
-``local_gaia`` is checked per benchmark: records, scorer verdicts, the table, a task whose web is unreachable
-counted as an error; then the report shows real and local benchmarks side by side. A tiny model answers
+``local_gaia`` is checked per benchmark: records, scorer verdicts, the table, tasks whose web is unreachable (a
+site that does not answer, a search API that fails) counted as errors; then the report shows real and local benchmarks side by side. A tiny model answers
 through the model runner; a keyed API's key never reaches output or disk; bad input stops before any task.
 """
 
@@ -93,7 +93,7 @@ def write_data(root: Path, standin: WebStandIn, dead_host: str) -> tuple[Path, P
 @pytest.fixture(scope="module")
 def web(tmp_path_factory):
     root = tmp_path_factory.mktemp("realweb")
-    with WebStandIn(PAGES, api_key="sk-standin-7f3a9c2e41") as standin:
+    with WebStandIn(PAGES, api_key="sk-standin-7f3a9c2e41", fail_words=("Kestrel",)) as standin:
         dead = f"127.0.0.1:{free_port()}"
         data, snap = write_data(root, standin, dead)
         common = ["--web", "searxng", "--search-endpoint", standin.base_url, "--web-allow-host", standin.host,
@@ -147,6 +147,10 @@ def test_xbench_answered_on_the_web_without_plain_text_on_disk(expert_session, w
     r = recs(expert_session.run, "xbench_deepsearch")
     assert sorted(r) == ["1", "2"] and [r["1"].correct, r["2"].correct] == [True, False]
     assert r["1"].prediction.startswith("sha256:") and r["1"].transcript is None  # hashes only, no transcript
+    # the search API failed on task 2's only call: an error, its detail withheld (it could quote the question)
+    assert r["2"].verdict == "web_unreachable"
+    assert r["2"].error == "web_unreachable: all 1 tool call(s) of the task failed to reach the web (detail withheld: " \
+                           "sensitive benchmark)"
     searched = [e["query"]["q"] for e in web.standin.searches()]
     assert "What is the capital city of Veloria?" in searched  # the question was searched (in memory only)
     for path in expert_session.run.rglob("*"):
@@ -154,7 +158,8 @@ def test_xbench_answered_on_the_web_without_plain_text_on_disk(expert_session, w
             text = path.read_text(errors="replace")
             assert "Veloria" not in text and "Marlen" not in text and "Kestrel" not in text, path
     assert "Veloria" not in expert_session.proc.stdout + expert_session.proc.stderr
-    assert (expert_session.table["xbench_deepsearch"]["n"], expert_session.table["xbench_deepsearch"]["correct"]) == ("2", "1")
+    row = expert_session.table["xbench_deepsearch"]
+    assert (row["n"], row["correct"], row["errors"]) == ("2", "1", "1")
 
 
 @pytest.mark.slow

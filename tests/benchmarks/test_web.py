@@ -202,6 +202,9 @@ def test_tally_makes_a_task_whose_every_call_failed_an_error():
     before = ok.snapshot()
     ok.call("visit", {"url": "http://s/"}), ok.call("visit", {"url": "http://s/missing"})
     assert ok.verdict(before) == ({"web_calls": 2, "web_unreachable": 1}, None)  # one page loaded: a result
+    before = ok.snapshot()  # the next task's error quotes its own first failure, not an earlier task's
+    ok.call("visit", {"url": "http://s/gone"})
+    assert ok.verdict(before)[1].endswith("(first: Error: could not load http://s/gone)")
 
 
 def test_web_options_build_the_open_web_toolbox_settings():

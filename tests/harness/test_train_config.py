@@ -82,6 +82,15 @@ def test_inconsistent_planner_batch_names_what_to_change():
         from_dict(TrainConfig, _base(planner={"groups_per_step": 3, "gradient_accumulation_steps": 8}))
 
 
+def test_a_group_may_not_straddle_two_planner_processes():
+    """2 processes and 1 group of K=4 divide the batch evenly, but each rank would hold half a group."""
+    with pytest.raises(ConfigError, match=r"groups_per_step=1 query groups cannot be split over planner\.num_processes=2 "
+                                          r"processes without a group of rollout\.k=4 straddling two ranks"):
+        from_dict(TrainConfig, _base(planner={"groups_per_step": 1, "num_processes": 2}))
+    cfg = from_dict(TrainConfig, _base(planner={"groups_per_step": 2, "num_processes": 2}))
+    assert cfg.planner.micro_batches == 2
+
+
 def test_inconsistent_sub_batch_names_what_to_change():
     with pytest.raises(ConfigError, match=r"sub\.groups_per_step \* alignment\.d \* rollout\.k = 1 \* 2 \* 4 = 8.*sub\.gradient"):
         from_dict(TrainConfig, _base(sub={"groups_per_step": 1, "gradient_accumulation_steps": 3}))

@@ -42,9 +42,11 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """A ``redis-server`` child process on a free loopback port, in a temporary directory."""
+    """A ``redis-server`` child process on a free loopback port, in a temporary directory; or, with ``netns``,
+    inside that network namespace bound to ``host`` (another simulated host reaches it there)."""
 
-    def __init__(self, binary: str | None = None, startup_timeout_s: float = 15.0, persistent: bool = False) -> None:
+    def __init__(self, binary: str | None = None, startup_timeout_s: float = 15.0, persistent: bool = False, *,
+                 host: str = "127.0.0.1", netns: str | None = None, port: int | None = None) -> None:
         self.binary = binary or redis_server_binary()
         if self.binary is None:
             raise RedisServerError(
@@ -53,7 +55,10 @@ class RedisServer:
             )
         self.startup_timeout_s = startup_timeout_s
         self.persistent = persistent
-        self.host = "127.0.0.1"
+        self.host = host
+        self.netns = netns
+        """Run inside this network namespace (``ip netns exec``; tests/support/netns.py), bound to ``host`` there."""
+        self.fixed_port = port
         self.port: int | None = None
         self._proc: subprocess.Popen | None = None
         self._dir: tempfile.TemporaryDirectory | None = None
@@ -77,8 +82,8 @@ class RedisServer:
     def start(self) -> "RedisServer":
         self._dir = tempfile.TemporaryDirectory(prefix="mgrpo-redis-")
         # The free port can be taken between the probe and the bind: retry with a new one.
-        for _ in range(3):
-            self.port = free_port()
+        for _ in range(1 if self.fixed_port else 3):
+            self.port = self.fixed_port or free_port()
             self._spawn()
             if self._wait_ready():
                 return self
@@ -92,11 +97,15 @@ class RedisServer:
     def _spawn(self) -> None:
         assert self._dir is not None and self.port is not None
         persistence = ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else ["--appendonly", "no"]
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
+        if self.netns:
+            self.log_path.unlink(missing_ok=True)  # readiness is read from the log (below)
         self._proc = subprocess.Popen(
             [
-                self.binary, "--port", str(self.port), "--bind", self.host, "--save", "", *persistence,
+                *prefix, self.binary, "--port", str(self.port), "--bind", self.host, "--save", "", *persistence,
                 "--dir", self._dir.name, "--logfile", str(self.log_path), "--daemonize", "no",
-                "--protected-mode", "yes",
+                # another host's clients need it off (no password here); on loopback it stays on
+                "--protected-mode", "no" if self.netns else "yes",
             ],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
@@ -124,6 +133,14 @@ class RedisServer:
         while time.monotonic() < deadline:
             if self._proc is None or self._proc.poll() is not None:
                 return False  # exited (port taken, bad option): caller retries / reports
+            if self.netns:  # this process cannot connect into another namespace: the server says when it is ready
+                try:
+                    if "Ready to accept connections" in self.log_path.read_text(errors="replace"):
+                        return True
+                except OSError:
+                    pass
+                time.sleep(0.05)
+                continue
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.5) as s:
                     s.sendall(b"PING\r\n")

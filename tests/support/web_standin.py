@@ -10,6 +10,7 @@ tested against this server on 127.0.0.1, browsed by real Chromium; no test reach
   ``X-API-KEY: <key>`` (401 otherwise) and answers ``{"organic": [{"title", "link", "snippet"}]}`` (Serper's
   shape, so ``results_path=organic``).
 * ``GET /<path>`` serves the pages given to the constructor (HTML; a site's pages link to each other).
+* A search whose query holds one of ``fail_words`` answers HTTP 500 (the API failing during a run).
 
 Every request is logged (path, query, whether a key header came) in memory only: nothing is written to
 disk, so an XBench question searched here never touches it either.
@@ -45,9 +46,11 @@ def page(title: str, *paragraphs: str, links: tuple[tuple[str, str], ...] = (), 
 class WebStandIn:
     """``WebStandIn(pages, api_key=...)`` serving on a free loopback port; ``with`` starts and stops it."""
 
-    def __init__(self, pages: dict[str, str], api_key: str | None = None) -> None:
+    def __init__(self, pages: dict[str, str], api_key: str | None = None, fail_words: tuple[str, ...] = ()) -> None:
         self.pages = dict(pages)
         self.api_key = api_key
+        self.fail_words = fail_words
+        """A search whose query holds one of these words answers HTTP 500 (a search API failing mid-run)."""
         self.log: list[dict[str, object]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -96,6 +99,8 @@ class WebStandIn:
                 with standin._lock:
                     standin.log.append({"path": parts.path, "query": query,
                                         "key_header": "X-API-KEY" in self.headers})
+                if parts.path.endswith("/search") and any(w in query.get("q", "") for w in standin.fail_words):
+                    return self._send(500, '{"error": "internal"}', "application/json")
                 if parts.path == "/search":
                     if query.get("format") != "json":
                         return self._send(403, "json format not enabled")

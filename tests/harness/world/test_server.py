@@ -101,6 +101,21 @@ def test_invalid_port(world, port):
         WorldServer(world, port=port)
 
 
+def test_bind_address(world):
+    """Another node's roles reach the world at the address it is bound to (docs/training.md "Two nodes")."""
+    with WorldServer(world, host="127.0.0.2") as srv:
+        assert srv.base_url == f"http://127.0.0.2:{srv.port}" and _get(srv.base_url + "/index.html")[0] == 200
+        with pytest.raises(urllib.error.URLError):  # bound to that address only
+            urllib.request.urlopen(f"http://127.0.0.1:{srv.port}/index.html", timeout=2)
+    with WorldServer(world, host="0.0.0.0") as srv:  # every interface; this machine's address for itself
+        assert srv.base_url == f"http://127.0.0.1:{srv.port}" and _get(srv.base_url + "/index.html")[0] == 200
+    with pytest.raises(OSError, match="cannot bind 192.0.2.7: no interface of this machine has that address"):
+        WorldServer(world, host="192.0.2.7").start()
+    proc = subprocess.run([sys.executable, "-m", "harness", "world", "serve", "--seed", "0", "--size", "tiny",
+                           "--host", "192.0.2.7"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "cannot bind 192.0.2.7" in proc.stderr
+
+
 def test_stopped_server_refuses_connections(world):
     srv = WorldServer(world).start()
     url = srv.base_url + "/index.html"
