@@ -348,7 +348,7 @@ def launch(cfg: TrainConfig, run_dir: Path, *, resume: bool, tasks: tuple[RunTas
         print(f"[train] {cfg.trainer} run {run_dir} (world at {world_url})", flush=True)
         roles: dict[str, RoleProcess] = {}
         for role in spec.roles:
-            argv = [sys.executable, "-m", "harness.role", "--role", role, "--config", str(config_path),
+            argv = [*role_launcher(cfg, role), "--role", role, "--config", str(config_path),
                     "--run-dir", str(run_dir), "--world-url", world_url, "--tasks", str(task_dir)] \
                 + (["--resume"] if resume else [])
             roles[role] = RoleProcess(role, argv, run_dir / "logs" / f"{role}.log", env)
@@ -370,6 +370,17 @@ def launch(cfg: TrainConfig, run_dir: Path, *, resume: bool, tasks: tuple[RunTas
     write_status(run_dir, "completed")
     print(f"[train] completed: {run_dir}", flush=True)
     return 0
+
+
+def role_launcher(cfg: TrainConfig, role: str) -> list[str]:
+    """How a role's processes start on this machine: ``python -m harness.role`` for one process, else torchrun
+    (``torch.distributed.run --standalone``: a free rendezvous port, ``<role>.num_processes`` workers, gloo on
+    CPU, NCCL on GPUs), the same as ``accelerate launch`` with a multi-process config (docs/training.md)."""
+    n = (cfg.planner if role == "planner" else cfg.sub).num_processes
+    if n == 1:
+        return [sys.executable, "-m", "harness.role"]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(n),
+            "-m", "harness.role"]
 
 
 def reset_run_signals(cfg: TrainConfig, run_dir: Path) -> None:

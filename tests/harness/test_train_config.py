@@ -158,12 +158,12 @@ def test_loss_types_match_the_trainer():
     assert LOSS_TYPES == TRAINER_LOSS_TYPES
 
 
-@pytest.mark.parametrize("name", ["ddp", "zero2", "zero3", "fsdp2"])
+@pytest.mark.parametrize("name", ["ddp", "zero2", "zero3", "fsdp2", "cpu"])
 def test_accelerate_configs_load(name):
     from accelerate.commands.config.config_args import ClusterConfig
 
     cfg = ClusterConfig.from_yaml_file(str(ROOT / "baselines" / "accelerate" / f"{name}.yaml"))
-    expected = {"ddp": "MULTI_GPU", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED", "fsdp2": "FSDP"}[name]
+    expected = {"ddp": "MULTI_GPU", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED", "fsdp2": "FSDP", "cpu": "MULTI_GPU"}[name]
     assert cfg.distributed_type.name == expected
     if name.startswith("zero"):
         assert cfg.deepspeed_config["zero_stage"] == int(name[-1])

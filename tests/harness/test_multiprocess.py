@@ -1,0 +1,77 @@
+"""A planner role on two processes (docs/training.md "More than one process per role"): ``python -m harness train``
+with ``planner.num_processes: 2`` starts the planner through torchrun (gloo on CPU, DDP), each rank rolls out
+its own whole query groups (query ids ``<task>@<step>.<rank>.<i>``), and the run's records, store and checkpoints
+are those of one run: one step record per step, every group complete, the sub role (mgrpo: one process) trains
+each delegating group exactly once.
+
+Each trainer runs 2 steps of 2 groups (one per rank) on the tiny preset; mgrpo from the delegating warm start of
+tests/support/runs.py so that its sub role trains. The sub role stays one process (a config asking for more is
+refused with the reason, tests/harness/test_train_config.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from harness.records import RunPaths, read_steps
+from tests.support.runs import ROOT, build_warm_start, store_groups
+
+pytestmark = pytest.mark.slow
+
+SHAPE = ["planner.num_processes=2", "planner.groups_per_step=2", "rollout.k=2", "rollout.max_new_tokens=16",
+         "rollout.planner_turns=2", "rollout.sub_turns=2", "alignment.d=2", "tasks.n_train=4", "tasks.n_test=2",
+         "eval.every=0", "planner.save_steps=1", "sub.save_steps=1", "threads=1", "tools.visit_backend=direct"]
+
+
+def test_accelerate_cpu_config_starts_two_gloo_processes(tmp_path):
+    """``accelerate launch --config_file baselines/accelerate/cpu.yaml`` starts 2 processes that join with gloo
+    (``--cpu --num_processes 2`` would start one, which a role with num_processes 2 refuses)."""
+    script = tmp_path / "ranks.py"
+    script.write_text("from accelerate import PartialState\ns = PartialState(cpu=True)\n"
+                      "print('rank', s.process_index, 'of', s.num_processes, s.backend, flush=True)\n")
+    proc = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                           str(ROOT / "baselines/accelerate/cpu.yaml"), str(script)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(re.findall(r"rank \d of 2 gloo", proc.stdout)) == ["rank 0 of 2 gloo", "rank 1 of 2 gloo"]
+
+
+def _train(trainer: str, run, *extra: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "harness", "train", "--trainer", trainer, "--config",
+                           str(ROOT / f"baselines/configs/tiny/{trainer}.yaml"), "--max-steps", "2", "--run-dir", str(run),
+                           *SHAPE, *extra], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "XDIST_"))},
+                               "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+@pytest.mark.parametrize("trainer", ["single_agent", "frozen_sub", "mgrpo"])
+def test_each_trainer_runs_its_planner_on_two_processes(trainer, tmp_path):
+    extra: list[str] = []
+    if trainer == "mgrpo":
+        warm = build_warm_start(tmp_path / "warm", ROOT / "baselines/configs/tiny/mgrpo.yaml", SHAPE, sub_visits=True)
+        extra = [f"models.planner={warm}", f"models.sub={warm}"]
+    run = tmp_path / "run"
+    _train(trainer, run, *extra)
+    assert "[rank1]" in (run / "logs" / "planner.log").read_text()  # torchrun's second worker, in the role's log
+    # one run's records: a step record per step (rank 0 writes them), a checkpoint per step
+    assert [r.step for r in read_steps(run / "planner" / "metrics.jsonl").records] == [1, 2]
+    assert sorted(p.name for p in (run / "planner" / "checkpoints").iterdir() if p.is_dir()) == [
+        "checkpoint-1", "checkpoint-2"]
+    progress, consumed, pending, delegated = store_groups(f"sqlite:///{RunPaths(run).store_db.resolve()}", run.name)
+    assert len(progress) == 4 and all(p.complete for p in progress.values())  # 2 steps x 2 groups, K each
+    ranks = sorted({re.search(r"@\d+\.(\d+)\.", q).group(1) for q in progress})
+    assert ranks == ["0", "1"], sorted(progress)  # each rank rolled out its own group every step
+    if trainer == "mgrpo":  # the sub role took every delegating group once and trained it in exactly one step
+        assert all(delegated.values()) and pending == []
+        assert sorted(c.query_id for c in consumed) == sorted(progress) and all(c.state == "done" for c in consumed)
+        subs = read_steps(run / "sub" / "metrics.jsonl").records
+        trained = [q for r in subs for q in r.extra["groups"]]
+        assert [r.step for r in subs] == [1, 2] and sorted(trained) == sorted(progress)
