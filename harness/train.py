@@ -121,13 +121,20 @@ def role_env(threads: int) -> dict[str, str]:
 
 
 def start_world(cfg: TrainConfig, run_dir: Path, env: dict[str, str], timeout_s: float = 60.0) -> tuple[RoleProcess, str]:
-    """Start ``python -m harness world serve`` and return it with its base URL (read from its log)."""
+    """Start ``python -m harness world serve`` and return it with its base URL (read from its log).
+
+    The log is appended to across resumes: only what this start wrote is read (an earlier start's address, of a
+    server long gone, would otherwise be found first)."""
+    log = run_dir / "logs" / "world.log"
+    offset = log.stat().st_size if log.is_file() else 0
     proc = RoleProcess("world", [sys.executable, "-m", "harness", "world", "serve", "--seed", str(cfg.world.seed),
-                                 "--size", cfg.world.size, "--port", "0"], run_dir / "logs" / "world.log", env)
+                                 "--size", cfg.world.size, "--port", "0"], log, env)
     deadline = time.monotonic() + timeout_s
     pattern = re.compile(r"at (http://127\.0\.0\.1:\d+)/")
     while time.monotonic() < deadline:
-        m = pattern.search(proc.log_path.read_text(errors="replace"))
+        with open(proc.log_path, "rb") as fh:
+            fh.seek(offset)
+            m = pattern.search(fh.read().decode(errors="replace"))
         if m:
             return proc, m.group(1)
         if proc.poll() is not None:

@@ -7,7 +7,10 @@ A bad config or task set is a one-line error with exit status 2. A store that fa
 (``store.retry_s``; Redis down, SQLite locked) stops the role with exit status 3 and one line naming the
 store URL, the step in progress and how to continue (:func:`store_failure`): every store write is one
 atomic transaction or script, so nothing is half-applied, and ``--resume`` continues without losing or
-repeating a group (docs/training.md, "Checkpoints and resume").
+repeating a group (docs/training.md, "Checkpoints and resume"). A server the role needs that does not answer
+at start (the world server for a role with tools, within ``store.retry_s``; the sub-agent service for the
+planner, within ``service.startup_timeout_s``) stops it with exit status 4 and one line naming the address
+(:func:`harness.role.common.wait_reachable`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 
 from baselines import get_trainer
 from harness.config import ConfigError
-from harness.role.common import load_role_config, store_url
+from harness.role.common import PEER_UNREACHABLE, PeerUnreachable, load_role_config, store_url
 from harness.role.planner import run_planner
 from harness.records import RunPaths, read_steps
 from harness.role.tasks import read_run_tasks
@@ -82,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as exc:
         print(store_failure(args.role, run_dir, url, exc), file=sys.stderr, flush=True)
         return STORE_FAILED
+    except PeerUnreachable as exc:
+        print(f"error: the {args.role} role {exc}", file=sys.stderr, flush=True)
+        return PEER_UNREACHABLE
     finally:
         if store is not None:
             store.close()

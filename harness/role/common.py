@@ -18,6 +18,8 @@ import os
 import resource
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +74,34 @@ def make_backend(model: Any, tokenizer: Any, vllm_url: str | None) -> Any:
     from harness.backends import HFBackend, VLLMBackend  # lazy: torch; after the role's config and tasks
 
     return VLLMBackend(vllm_url) if vllm_url else HFBackend(model, tokenizer)
+
+
+class PeerUnreachable(RuntimeError):
+    """A server a role needs at start (the world server, the sub-agent service) did not answer within its budget."""
+
+
+#: The exit status of a role that could not reach a server it needs at start (harness/role/__main__.py).
+PEER_UNREACHABLE = 4
+
+
+def wait_reachable(url: str, what: str, budget_s: float, poll_s: float = 0.5) -> None:
+    """Wait until ``url`` answers HTTP (any status) or ``budget_s`` seconds pass; :class:`PeerUnreachable` names
+    ``what``, the address and the last error. A role checks its peers at start, so a wrong address or a server
+    that is not up is one line within the budget, not an error at the first rollout."""
+    deadline = time.monotonic() + budget_s
+    last = "no attempt"
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=max(0.5, min(5.0, budget_s))):
+                return
+        except urllib.error.HTTPError:
+            return  # it answered
+        except (urllib.error.URLError, OSError) as exc:
+            last = str(getattr(exc, "reason", exc))
+        if time.monotonic() + poll_s > deadline:
+            raise PeerUnreachable(f"cannot reach {what} at {url} within {budget_s:g} s ({last}); check that it is "
+                                  "running and that this host can reach that address")
+        time.sleep(poll_s)
 
 
 def build_toolbox(cfg: TrainConfig, world_url: str) -> Any:

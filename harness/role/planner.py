@@ -39,6 +39,7 @@ from harness.role.common import (
     EVAL_PREFIX,
     PLANNER_DONE,
     SUB_URL,
+    PeerUnreachable,
     StepStats,
     append_completion,
     build_toolbox,
@@ -50,6 +51,7 @@ from harness.role.common import (
     mean_of,
     mgrpo_args,
     score_task,
+    wait_reachable,
 )
 from harness.role.tasks import RunTasks, task_key
 from harness.rollout import AgentRuntime, Query, run_group
@@ -251,8 +253,8 @@ def wait_for_sub_url(store: Any, timeout_s: float) -> str:
         if url:
             return str(url)
         time.sleep(0.2)
-    raise TimeoutError(f"the sub role did not publish its service URL (store stat {SUB_URL!r}) within {timeout_s:.0f}s; "
-                       "check that it is running (its log: <run>/logs/sub.log) or pass --sub-url")
+    raise PeerUnreachable(f"the sub role did not publish its service URL (store stat {SUB_URL!r}) within "
+                          f"{timeout_s:.0f}s; check that it is running (its log: <run>/logs/sub.log) or pass --sub-url")
 
 
 def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any, world_url: str,
@@ -276,9 +278,11 @@ def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any
     sub_client, toolbox = None, None
     if spec.delegates:
         sub_url = sub_url or wait_for_sub_url(store, cfg.service.startup_timeout_s)
+        wait_reachable(f"{sub_url.rstrip('/')}/health", "the sub-agent service", cfg.service.startup_timeout_s)
         sub_client = HTTPSubAgentClient(sub_url, timeout_s=cfg.service.timeout_s)
         print(f"[planner] sub-agent service at {sub_url}", flush=True)
     else:
+        wait_reachable(world_url.rstrip("/") + "/", "the world server", cfg.store.retry_s)
         toolbox = build_toolbox(cfg, world_url)
     stats = StepStats()
     rollout = PlannerRollout(cfg, tasks, store, world_url, sub_client, toolbox, tok, stats, reasoner)

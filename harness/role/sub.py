@@ -58,6 +58,7 @@ from harness.role.common import (
     mean_of,
     mgrpo_args,
     trainer_callback_base,
+    wait_reachable,
 )
 from harness.role.tasks import RunTasks
 from harness.rollout import AgentRuntime, SubAgentEngine, Trajectory
@@ -497,6 +498,7 @@ def run_sub(cfg: TrainConfig, run_tasks: RunTasks | None, run_dir: Path, store: 
     # A sub checkpoint is complete with its store position too (written after TRL's files, before the acks).
     ckpt = last_checkpoint(out_dir, (STORE_POSITION_FILE,)) if resume and spec.sub_trains else None
     done = checkpoint_step(ckpt) if ckpt else 0
+    wait_reachable(world_url.rstrip("/") + "/", "the world server", cfg.store.retry_s)  # before a model loads
     # On resume the service must answer with the checkpoint's weights from its first request on.
     model, tok = load_model_for(ckpt or cfg.models.sub, "sub_agent", cfg)
     toolbox = build_toolbox(cfg, world_url)

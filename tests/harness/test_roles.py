@@ -267,6 +267,37 @@ def test_a_role_reads_its_task_set_before_anything_else(tmp_path):
     assert proc.stderr.startswith(f"error: no prepared task set in {tmp_path / 'run' / 'tasks'}"), proc.stderr
 
 
+def test_a_role_that_cannot_reach_its_servers_says_which_address_failed(tmp_path):
+    """The sub role checks the world server before it loads a model, the planner the sub-agent service: an address
+    nothing answers is one line naming it, exit status 4, within the budget (docs/training.md)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    from harness.config import to_dict
+    from harness.role.tasks import generate_run_tasks, write_run_tasks
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    cfg = _cfg(tmp_path, store={"group_timeout_s": 60, "retry_s": 2}, service={"startup_timeout_s": 2})
+    cfg_path = tmp_path / "config.yaml"
+    cfg_path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    write_run_tasks(tmp_path / "run" / "tasks", generate_run_tasks(cfg))
+    base = [sys.executable, "-m", "harness.role", "--config", str(cfg_path), "--run-dir", str(tmp_path / "run")]
+    for role, extra, what in (("sub", ["--world-url", dead], "the world server"),
+                              ("planner", ["--world-url", dead, "--sub-url", dead], "the sub-agent service")):
+        t0 = time.monotonic()
+        proc = subprocess.run([*base, "--role", role, *extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 4, proc.stderr[-3000:]
+        line = proc.stderr.strip().splitlines()[-1]
+        assert line.startswith(f"error: the {role} role cannot reach {what} at {dead}") and "within 2 s" in line, line
+        assert time.monotonic() - t0 < 120
+
+
 @pytest.fixture()
 def sub_setup(tmp_path):
     import torch
