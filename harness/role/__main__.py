@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as exc:
         print(store_failure(args.role, run_dir, url, exc), file=sys.stderr, flush=True)
         return STORE_FAILED
+    except ConfigError as exc:  # found at start, before a model loads (e.g. a sharded launch without vLLM)
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
     except PeerUnreachable as exc:
         print(f"error: the {args.role} role {exc}", file=sys.stderr, flush=True)
         return PEER_UNREACHABLE

@@ -76,6 +76,30 @@ def make_backend(model: Any, tokenizer: Any, vllm_url: str | None) -> Any:
     return VLLMBackend(vllm_url) if vllm_url else HFBackend(model, tokenizer)
 
 
+def sharded_launch(env: dict[str, str] | None = None) -> str | None:
+    """``"ZeRO-3"`` or ``"FSDP"`` when accelerate launched this process to shard the model's parameters (its
+    environment says so), else None (one process, DDP, ZeRO-1/2: every rank holds the whole model)."""
+    env = os.environ if env is None else env
+    if env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true" and env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
+        return "ZeRO-3"
+    if env.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+        return "FSDP"
+    return None
+
+
+def check_generation_backend(cfg: TrainConfig, role: str, env: dict[str, str] | None = None) -> None:
+    """A role whose parameters are sharded must generate with a vLLM server: the in-process HF generator would
+    generate on each rank with its shard only, and ranks that generate different token counts would leave the
+    sharding's collectives mismatched (a hang). Checked at start, before a model loads."""
+    how = sharded_launch(env)
+    sec = cfg.planner if role == "planner" else cfg.sub
+    if how and not sec.vllm_url:
+        raise ConfigError(f"{role}: launched with {how}, which shards the model over the processes, but {role}.vllm_url "
+                          "is not set: the in-process generator cannot generate with a shard. Set "
+                          f"{role}.vllm_url to a `trl vllm-serve` server (docs/training.md), or launch with "
+                          "baselines/accelerate/ddp.yaml or zero2.yaml")
+
+
 class PeerUnreachable(RuntimeError):
     """A server a role needs at start (the world server, the sub-agent service) did not answer within its budget."""
 

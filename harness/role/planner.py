@@ -43,6 +43,7 @@ from harness.role.common import (
     StepStats,
     append_completion,
     build_toolbox,
+    check_generation_backend,
     gold_answer,
     load_model_for,
     local_benchmarks,
@@ -265,6 +266,7 @@ def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any
     from mgrpo.trainer import MGRPOTrainer  # lazy: torch/TRL; after the role's config and tasks
 
     spec = get_trainer(str(cfg.trainer))
+    check_generation_backend(cfg, "planner")
     # the reasoner's endpoint comes from the environment: a missing variable fails here, before any model loads
     reasoner = ReasonerClient.from_env() if cfg.tools.reasoner else None
     store.put_stat(PLANNER_DONE, None)  # a previous (killed) planner's signal does not count

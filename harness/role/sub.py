@@ -52,6 +52,7 @@ from harness.role.common import (
     StepStats,
     append_completion,
     build_toolbox,
+    check_generation_backend,
     load_model_for,
     make_backend,
     make_step_recorder,
@@ -498,6 +499,7 @@ def run_sub(cfg: TrainConfig, run_tasks: RunTasks | None, run_dir: Path, store: 
     # A sub checkpoint is complete with its store position too (written after TRL's files, before the acks).
     ckpt = last_checkpoint(out_dir, (STORE_POSITION_FILE,)) if resume and spec.sub_trains else None
     done = checkpoint_step(ckpt) if ckpt else 0
+    check_generation_backend(cfg, "sub")
     wait_reachable(world_url.rstrip("/") + "/", "the world server", cfg.store.retry_s)  # before a model loads
     # On resume the service must answer with the checkpoint's weights from its first request on.
     model, tok = load_model_for(ckpt or cfg.models.sub, "sub_agent", cfg)

@@ -91,6 +91,25 @@ def test_a_group_may_not_straddle_two_planner_processes():
     assert cfg.planner.micro_batches == 2
 
 
+def test_a_sharded_launch_needs_a_vllm_server():
+    """ZeRO-3 and FSDP shard the parameters: the in-process HF generator cannot generate with a shard, so a role
+    launched that way without vllm_url stops at start with the reason and the fix (docs/training.md)."""
+    from harness.role.common import check_generation_backend, sharded_launch
+
+    zero3 = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}
+    fsdp = {"ACCELERATE_USE_FSDP": "true"}
+    assert (sharded_launch(zero3), sharded_launch(fsdp), sharded_launch({})) == ("ZeRO-3", "FSDP", None)
+    assert sharded_launch({**zero3, "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"}) is None  # ZeRO-2: whole weights
+    cfg = from_dict(TrainConfig, _base())
+    with pytest.raises(ConfigError, match=r"planner: launched with ZeRO-3, .* planner\.vllm_url is not set.*ddp\.yaml"):
+        check_generation_backend(cfg, "planner", zero3)
+    with pytest.raises(ConfigError, match=r"sub: launched with FSDP"):
+        check_generation_backend(cfg, "sub", fsdp)
+    check_generation_backend(cfg, "planner", {})  # one process: fine
+    cfg.planner.vllm_url = "http://planner-vllm:8000"
+    check_generation_backend(cfg, "planner", zero3)  # generation on the server: fine
+
+
 def test_inconsistent_sub_batch_names_what_to_change():
     with pytest.raises(ConfigError, match=r"sub\.groups_per_step \* alignment\.d \* rollout\.k = 1 \* 2 \* 4 = 8.*sub\.gradient"):
         from_dict(TrainConfig, _base(sub={"groups_per_step": 1, "gradient_accumulation_steps": 3}))
