@@ -19,6 +19,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from baselines import get_trainer
 from harness.config import ConfigError
@@ -78,10 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         store = open_store(url, run_id=run_dir.name, connect_timeout_s=cfg.store.retry_s, retry_s=cfg.store.retry_s)
         if args.role == "planner":
-            return run_planner(cfg, tasks, run_dir, store, args.world_url, args.sub_url, args.resume)
-        from harness.role.sub import run_sub  # lazy: torch/TRL; after the role's config and tasks
+            rc = run_planner(cfg, tasks, run_dir, store, args.world_url, args.sub_url, args.resume)
+        else:
+            from harness.role.sub import run_sub  # lazy: torch/TRL; after the role's config and tasks
 
-        return run_sub(cfg, tasks, run_dir, store, args.world_url, args.resume)
+            rc = run_sub(cfg, tasks, run_dir, store, args.world_url, args.resume)
+        leave_process_group(torch)
+        return rc
     except StoreError as exc:
         print(store_failure(args.role, run_dir, url, exc), file=sys.stderr, flush=True)
         return STORE_FAILED
@@ -94,6 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if store is not None:
             store.close()
+
+
+def leave_process_group(torch: Any) -> None:
+    """With several processes (torchrun): wait for every rank to finish, then close the process group. A rank that
+    exited while another still held the group's connections aborted at interpreter exit ("terminate called
+    without an active exception", SIGABRT) after a run that had finished."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
