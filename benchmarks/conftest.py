@@ -216,6 +216,8 @@ class EvalState:
     weights: dict[str, Any] = field(default_factory=dict)
     """Role -> :class:`benchmarks.runners.PolicyWeights` a model runner evaluates (empty for the expert)."""
     _benches: dict[str, Any] = field(default_factory=dict)
+    _loaded: dict[str, list[Any]] = field(default_factory=dict)
+    """Real benchmarks' tasks already read by the start-up check (``--web``), so collection does not read them again."""
     # controller bookkeeping (per item): "ran" ids and skip reasons per benchmark
     ran: dict[str, set[str]] = field(default_factory=dict)
     skipped: dict[str, list[str]] = field(default_factory=dict)
@@ -245,7 +247,7 @@ class EvalState:
                 continue
             try:
                 split = self.split if isinstance(bench, LocalBenchmark) else None
-                tasks = bench.load(split=split, limit=self.limit)
+                tasks = self._loaded[name] if name in self._loaded else bench.load(split=split, limit=self.limit)
             except BenchmarkDataMissing as exc:
                 out.append(EvalCase(name, skip=f"data missing: {exc.reason}"))
                 continue
@@ -403,7 +405,7 @@ def _check_real_benchmarks(state: EvalState) -> None:
         if isinstance(bench, LocalBenchmark):
             continue
         try:
-            bench.load(split=None, limit=state.limit)
+            state._loaded[name] = bench.load(split=None, limit=state.limit)
         except BenchmarkDataMissing as exc:
             raise pytest.UsageError(f"--bench {name}: data missing: {exc.reason}") from None
         except BenchmarkDataError as exc:
