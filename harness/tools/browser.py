@@ -120,9 +120,12 @@ DEFAULT_ARGS = (
 # with an immediate ``<meta http-equiv="refresh" content="0; ...">`` starts navigating just after
 # its load event, racing this read: the read then waits ``settle`` ms for the navigation to
 # replace the document (it returns as soon as it does), so the outcome does not depend on timing.
-_SERIALISE_JS = """async ([limit, settle]) => {
+_SERIALISE_JS = """async ([limit, settle, ready, waitMs]) => {
   const refresh = settle > 0 ? document.querySelector('meta[http-equiv="refresh" i]') : null;
   if (refresh && parseFloat(refresh.content) === 0) await new Promise(r => setTimeout(r, settle));
+  const event = ready === 'complete' ? 'load' : 'DOMContentLoaded';
+  const done = () => document.readyState === 'complete' || (ready === 'interactive' && document.readyState === 'interactive');
+  if (ready && !done()) await new Promise(r => { window.addEventListener(event, r, {once: true}); setTimeout(r, waitMs); });
   const h = document.documentElement ? document.documentElement.outerHTML : '';
   return [h.length, h.slice(0, limit), location.href];
 }"""
@@ -522,7 +525,7 @@ class BrowserPool:
         headers = response.headers  # provisional headers: enough for type and disposition, no round trip
         mtype = check_content(final_url, headers.get("content-type"), headers.get("content-disposition"))
         try:
-            read = [self.config.max_html_chars, _REFRESH_SETTLE_MS]
+            read = [self.config.max_html_chars, _REFRESH_SETTLE_MS, "", 0]
             total, html, doc_url = await page.evaluate(_SERIALISE_JS, read)
             navigated = _without_fragment(doc_url) != _without_fragment(final_url)
         except PlaywrightError:
@@ -533,17 +536,29 @@ class BrowserPool:
             raise redirect_refused(slot.refusal, url)
         if navigated:
             # The page navigated on its own after loading: wait for the new document, read that.
-            remaining = max(0.05, deadline - time.monotonic())
-            try:
-                await page.wait_for_load_state(self.config.wait_until if self.config.wait_until != "commit" else "load",
-                                               timeout=remaining * 1000)
-                total, html, _ = await page.evaluate(_SERIALISE_JS, [self.config.max_html_chars, 0])
-            except PlaywrightTimeout:
-                raise timeout_error(url, timeout) from None
-            except PlaywrightError as exc:
-                if slot.refusal:
-                    raise redirect_refused(slot.refusal, url) from None
-                raise VisitError(f"could not load {url}: {str(exc).splitlines()[0]}") from None
+            # The wait can return for the old document while the new one has not committed yet; the
+            # read then dies with the old document ("Execution context was destroyed"): wait and read
+            # again, until the deadline.
+            # The wait can also return for the old document's state, so the read itself waits until the
+            # document it runs in is parsed (or loaded) as far as `wait_until` asks.
+            state = self.config.wait_until if self.config.wait_until != "commit" else "load"
+            ready = "interactive" if state == "domcontentloaded" else "complete"
+            while True:
+                remaining = max(0.05, deadline - time.monotonic())
+                try:
+                    await page.wait_for_load_state(state, timeout=remaining * 1000)
+                    read = [self.config.max_html_chars, 0, ready, int(remaining * 1000)]
+                    total, html, _ = await page.evaluate(_SERIALISE_JS, read)
+                    break
+                except PlaywrightTimeout:
+                    raise timeout_error(url, timeout) from None
+                except PlaywrightError as exc:
+                    if slot.refusal:
+                        raise redirect_refused(slot.refusal, url) from None
+                    if _navigation_in_flight(exc) and time.monotonic() < deadline:
+                        await asyncio.sleep(0.02)
+                        continue
+                    raise VisitError(f"could not load {url}: {str(exc).splitlines()[0]}") from None
             if slot.refusal:
                 raise redirect_refused(slot.refusal, url)
             final_url = page.url
@@ -551,6 +566,12 @@ class BrowserPool:
             if reason is not None:
                 raise redirect_refused(reason, url)
         return FetchResult(url, final_url, response.status, mtype, html, total > self.config.max_html_chars)
+
+
+def _navigation_in_flight(exc: BaseException) -> bool:
+    """Whether a page read failed only because the page was replacing its document."""
+    message = str(exc)
+    return "Execution context was destroyed" in message or "Cannot find context" in message
 
 
 class _Slot:
