@@ -424,12 +424,18 @@ class TrainConfig:
                 f"planner: planner.groups_per_step={self.planner_groups} query groups cannot be split over "
                 f"planner.num_processes={self.planner.num_processes} processes without a group of rollout.k={self.k} "
                 f"straddling two ranks; make planner.groups_per_step a multiple of {self.planner.num_processes}")
+        if spec.has_sub and not spec.sub_trains and self.sub.num_processes != 1:
+            raise ConfigError(
+                f"sub.num_processes={self.sub.num_processes}: trainer {self.trainer}'s sub-agent is frozen, so its "
+                "role is the service alone, one process; set sub.num_processes=1")
         if spec.sub_trains:
-            if self.sub.num_processes != 1:
+            if self.sub_groups % self.sub.num_processes:
+                # rank 0 takes the step's groups from the store and hands each rank whole groups of d*K
                 raise ConfigError(
-                    f"sub.num_processes={self.sub.num_processes}: the sub role trains on one process (its service keeps "
-                    "the sub-agent trajectories in that process); use sub.gradient_accumulation_steps for larger "
-                    "groups, or run more planner processes")
+                    f"sub: sub.groups_per_step={self.sub_groups} query groups cannot be split over "
+                    f"sub.num_processes={self.sub.num_processes} processes without a group of alignment.d * "
+                    f"rollout.k = {self.sub_group_size} straddling two ranks; make sub.groups_per_step (default: "
+                    f"planner.groups_per_step) a multiple of {self.sub.num_processes}")
             sub_gen = self.sub_groups * self.sub_group_size
             if sub_gen % self.sub.micro_batches:
                 raise ConfigError(

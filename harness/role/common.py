@@ -76,6 +76,11 @@ def make_backend(model: Any, tokenizer: Any, vllm_url: str | None) -> Any:
     return VLLMBackend(vllm_url) if vllm_url else HFBackend(model, tokenizer)
 
 
+def process_rank(env: dict[str, str] | None = None) -> int:
+    """This process's rank in its role (``RANK``, set by torchrun and ``accelerate launch``; 0 for one process)."""
+    return int((os.environ if env is None else env).get("RANK", "0"))
+
+
 def sharded_launch(env: dict[str, str] | None = None) -> str | None:
     """``"ZeRO-3"`` or ``"FSDP"`` when accelerate launched this process to shard the model's parameters (its
     environment says so), else None (one process, DDP, ZeRO-1/2: every rank holds the whole model)."""

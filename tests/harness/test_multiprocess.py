@@ -5,8 +5,9 @@ are those of one run: one step record per step, every group complete, the sub ro
 each delegating group exactly once.
 
 Each trainer runs 2 steps of 2 groups (one per rank) on the tiny preset; mgrpo from the delegating warm start of
-tests/support/runs.py so that its sub role trains. The sub role stays one process (a config asking for more is
-refused with the reason, tests/harness/test_train_config.py).
+tests/support/runs.py so that its sub role trains, and its sub role on two processes as well (rank 0 serves, takes
+each step's groups from the store and hands rank 1 its whole group). A frozen sub-agent's role is the service
+alone, one process (a config asking for more is refused, tests/harness/test_train_config.py).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def test_each_trainer_runs_its_planner_on_two_processes(trainer, tmp_path):
     extra: list[str] = []
     if trainer == "mgrpo":
         warm = build_warm_start(tmp_path / "warm", ROOT / "baselines/configs/tiny/mgrpo.yaml", SHAPE, sub_visits=True)
-        extra = [f"models.planner={warm}", f"models.sub={warm}"]
+        extra = [f"models.planner={warm}", f"models.sub={warm}", "sub.num_processes=2"]
     run = tmp_path / "run"
     _train(trainer, run, *extra)
     assert "[rank1]" in (run / "logs" / "planner.log").read_text()  # torchrun's second worker, in the role's log
@@ -78,3 +79,8 @@ def test_each_trainer_runs_its_planner_on_two_processes(trainer, tmp_path):
         subs = read_steps(run / "sub" / "metrics.jsonl").records
         trained = [q for r in subs for q in r.extra["groups"]]
         assert [r.step for r in subs] == [1, 2] and sorted(trained) == sorted(progress)
+        # the sub role on two processes too: rank 0 took both groups of a step and handed rank 1 one, whole
+        assert "[rank1]" in (run / "logs" / "sub.log").read_text()
+        assert all(r.n_trajectories == 2 * 2 * 2 for r in subs)  # 2 groups of d*K = 2*2 per step
+        assert sorted(p.name for p in (run / "sub" / "checkpoints").iterdir() if p.is_dir()) == [
+            "checkpoint-1", "checkpoint-2"]

@@ -91,6 +91,18 @@ def test_a_group_may_not_straddle_two_planner_processes():
     assert cfg.planner.micro_batches == 2
 
 
+def test_a_group_may_not_straddle_two_sub_processes():
+    """The sub role's groups (d*K sub-trajectories each) are handed to its ranks whole; a frozen sub-agent's role
+    is the service alone and stays one process."""
+    with pytest.raises(ConfigError, match=r"sub\.groups_per_step=1 query groups cannot be split over sub\.num_processes=2 "
+                                          r"processes without a group of alignment\.d \* rollout\.k = 8 straddling"):
+        from_dict(TrainConfig, _base(sub={"groups_per_step": 1, "num_processes": 2}))
+    cfg = from_dict(TrainConfig, _base(sub={"num_processes": 2}))  # 2 groups per step: one per rank
+    assert cfg.sub.micro_batches == 2
+    with pytest.raises(ConfigError, match="sub-agent is frozen.*set sub.num_processes=1"):
+        from_dict(TrainConfig, _base(trainer="frozen_sub", sub={"num_processes": 2}))
+
+
 def test_a_sharded_launch_needs_a_vllm_server():
     """ZeRO-3 and FSDP shard the parameters: the in-process HF generator cannot generate with a shard, so a role
     launched that way without vllm_url stops at start with the reason and the fix (docs/training.md)."""
@@ -135,8 +147,6 @@ def test_clear_errors_for_bad_values():
         from_dict(TrainConfig, _base(planner={"loss_type": "reinforce"}))
     with pytest.raises(ConfigError, match="store.url"):
         from_dict(TrainConfig, _base(store={"url": "postgres://x"}))
-    with pytest.raises(ConfigError, match="sub.num_processes=2"):
-        from_dict(TrainConfig, _base(sub={"num_processes": 2}))
     with pytest.raises(ConfigError, match="planner.max_steps is required"):
         from_dict(TrainConfig, {"trainer": "single_agent", "planner": {"groups_per_step": 1}})
 
