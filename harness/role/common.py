@@ -3,7 +3,8 @@ loading, the toolbox, the TRL arguments of a role and its per-step records.
 
 * :data:`PLANNER_DONE`, :data:`SUB_URL`: the store stats through which the roles coordinate;
   :func:`store_url` picks the store (``store.url`` or the run directory's sqlite file).
-* :func:`load_model_for` loads an agent's model from a name, a path or a warm-start directory;
+* :func:`load_model_for` loads an agent's model from a name, a path or a warm-start directory
+  (:func:`args_then_model`: after the trainer's config, so a sharded launch loads it sharded);
   :func:`make_backend` wraps it for generation (in-process HF, or a vLLM server).
 * :func:`build_toolbox`: ``search`` over the world's BM25 index + ``visit`` on the world server. It
   regenerates the world from its seed for the index (measured: docs/training.md "Task set").
@@ -20,7 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,17 @@ def load_model_for(name: str, agent: str, cfg: TrainConfig) -> tuple[Any, Any]:
         name = str(warm_start_model_dir(root, agent))
     spec = ModelSpec(name=name, seed=cfg.models.init_seed, dtype=cfg.models.dtype, cache_dir=cfg.models.cache_dir)
     return load_model(spec)
+
+
+def args_then_model(make_args: Callable[[], Any], ref: str, agent: str, cfg: TrainConfig) -> tuple[Any, Any, Any]:
+    """``(args, model, tokenizer)``: the trainer's config first, then the model. Creating the config joins the
+    process group and sets up accelerate's plugin from the launch (``accelerate launch`` with zero3.yaml or
+    fsdp2.yaml), so transformers loads the model the sharded way (ZeRO-3's ``zero.Init``, FSDP's CPU-RAM-efficient
+    loading: full weights on rank 0 only, handed to the other ranks when the trainer prepares the model). Loaded
+    first, every rank would hold the whole model (docs/training.md, "More than one process per role")."""
+    args = make_args()
+    model, tok = load_model_for(ref, agent, cfg)
+    return args, model, tok
 
 
 def make_backend(model: Any, tokenizer: Any, vllm_url: str | None) -> Any:

@@ -45,7 +45,7 @@ from harness.role.common import (
     build_toolbox,
     check_generation_backend,
     gold_answer,
-    load_model_for,
+    args_then_model,
     local_benchmarks,
     make_backend,
     make_step_recorder,
@@ -276,7 +276,9 @@ def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any
     done = checkpoint_step(ckpt) if ckpt else 0
     # The checkpoint's weights from the start (TRL loads them again in train()), so an evaluation of step
     # `done` that has to be redone below evaluates that step's policy.
-    model, tok = load_model_for(ckpt or cfg.models.planner, spec.planner_agent, cfg)
+    args, model, tok = args_then_model(
+        lambda: mgrpo_args(cfg, "planner", out_dir, cfg.k, cfg.planner_groups, cfg.planner_steps),
+        ckpt or cfg.models.planner, spec.planner_agent, cfg)
     sub_client, toolbox = None, None
     if spec.delegates:
         sub_url = sub_url or wait_for_sub_url(store, cfg.service.startup_timeout_s)
@@ -288,7 +290,6 @@ def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any
         toolbox = build_toolbox(cfg, world_url)
     stats = StepStats()
     rollout = PlannerRollout(cfg, tasks, store, world_url, sub_client, toolbox, tok, stats, reasoner)
-    args = mgrpo_args(cfg, "planner", out_dir, cfg.k, cfg.planner_groups, cfg.planner_steps)
     dataset = Dataset.from_dict({"prompt": sorted(tasks)})
 
     def on_step(step: int) -> None:

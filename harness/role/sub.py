@@ -51,9 +51,9 @@ from harness.role.common import (
     SUB_URL,
     StepStats,
     append_completion,
+    args_then_model,
     build_toolbox,
     check_generation_backend,
-    load_model_for,
     make_backend,
     make_step_recorder,
     mean_of,
@@ -459,9 +459,15 @@ class SubRoleTrainer(MGRPOTrainer):
         self._save_checkpoint(self.model, trial=None)
 
 
+def sub_args(cfg: TrainConfig, out_dir: Path) -> Any:
+    """The sub role's ``MGRPOConfig`` (num_generations = d*K). Created before the model is loaded: it joins the
+    process group and sets up accelerate's sharding plugin, so a sharded launch loads the model sharded."""
+    return mgrpo_args(cfg, "sub", out_dir, cfg.sub_group_size, cfg.sub_groups, cfg.sub_max_steps)
+
+
 def build_sub_trainer(cfg: TrainConfig, run_dir: Path, store: Any, server: Any, model: Any, tok: Any,
                       tasks: dict[str, dict[str, Any]], out_dir: Path, stats: StepStats,
-                      resume_from: str | None = None) -> SubRoleTrainer:
+                      resume_from: str | None = None, args: Any = None) -> SubRoleTrainer:
     """The sub role's trainer (d*K groups from the store; ``tasks`` by id for the expert judge);
     ``resume_from`` = a checkpoint dir. Installs the trajectory spool on ``server.engine``.
 
@@ -517,7 +523,7 @@ def build_sub_trainer(cfg: TrainConfig, run_dir: Path, store: Any, server: Any, 
         def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             rollout.checkpoint_saved(Path(args.output_dir) / f"checkpoint-{state.global_step}")
 
-    args = mgrpo_args(cfg, "sub", out_dir, cfg.sub_group_size, cfg.sub_groups, cfg.sub_max_steps)
+    args = sub_args(cfg, out_dir) if args is None else args
     # The dataset only paces TRL's sampler: each "prompt" is a slot the rollout fills with one query group.
     slots = Dataset.from_dict({"prompt": [f"group-slot-{i}" for i in range(cfg.sub_groups)]})
     built["trainer"] = SubRoleTrainer(
@@ -578,7 +584,8 @@ def run_sub(cfg: TrainConfig, run_tasks: RunTasks | None, run_dir: Path, store: 
         return run_sub_rank(cfg, run_dir, store, ckpt, done)
     wait_reachable(world_url.rstrip("/") + "/", "the world server", cfg.store.retry_s)  # before a model loads
     # On resume the service must answer with the checkpoint's weights from its first request on.
-    model, tok = load_model_for(ckpt or cfg.models.sub, "sub_agent", cfg)
+    args, model, tok = args_then_model(lambda: sub_args(cfg, out_dir) if spec.sub_trains else None,
+                                       ckpt or cfg.models.sub, "sub_agent", cfg)
     toolbox = build_toolbox(cfg, world_url)
     trainer: SubRoleTrainer | None = None
     stats = StepStats()
@@ -597,7 +604,7 @@ def run_sub(cfg: TrainConfig, run_tasks: RunTasks | None, run_dir: Path, store: 
         if resume:  # also with no checkpoint (done = 0): every step record is redone
             resume_records(run_dir, "sub", done, out_dir, (STORE_POSITION_FILE,))
         trainer = build_sub_trainer(cfg, run_dir, store, server, model, tok, run_tasks.by_id(), out_dir, stats,
-                                    resume_from=ckpt)
+                                    resume_from=ckpt, args=args)
     finished = spec.sub_trains and done >= cfg.sub_max_steps
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set() if trainer is None else _raise_sigterm())
@@ -630,9 +637,10 @@ def run_sub_rank(cfg: TrainConfig, run_dir: Path, store: Any, ckpt: str | None, 
     """A rank > 0 of a multi-process sub role (``sub.num_processes`` > 1, docs/training.md): the same model and
     trainer, fed by rank 0 (:class:`RankShare`); rank 0 alone serves the sub-agent, reads and acknowledges the
     store's groups and writes the records. It stays until the planner has finished, as rank 0 does."""
-    model, tok = load_model_for(ckpt or cfg.models.sub, "sub_agent", cfg)
-    trainer = build_sub_trainer(cfg, run_dir, store, None, model, tok, {}, run_dir / "sub" / "checkpoints",
-                                StepStats(), resume_from=ckpt)
+    out_dir = run_dir / "sub" / "checkpoints"
+    args, model, tok = args_then_model(lambda: sub_args(cfg, out_dir), ckpt or cfg.models.sub, "sub_agent", cfg)
+    trainer = build_sub_trainer(cfg, run_dir, store, None, model, tok, {}, out_dir, StepStats(), resume_from=ckpt,
+                                args=args)
     signal.signal(signal.SIGTERM, lambda *_: _raise_sigterm())
     if done < cfg.sub_max_steps:
         trainer.train_until_planner_done(resume_from_checkpoint=ckpt)

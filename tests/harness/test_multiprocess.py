@@ -45,6 +45,40 @@ def test_accelerate_cpu_config_starts_two_gloo_processes(tmp_path):
     assert {p.name: p.read_text() for p in tmp_path.glob("rank-*")} == {"rank-0": "2 gloo", "rank-1": "2 gloo"}
 
 
+def test_a_sharded_launch_loads_the_model_under_the_trainer_config(tmp_path):
+    """With accelerate's FSDP environment (what ``accelerate launch --config_file baselines/accelerate/fsdp2.yaml``
+    sets), a role creates its trainer config before the model (``args_then_model``), so transformers loads it the
+    sharded way: the weights on rank 0 only, rank 1's left empty until the trainer prepares the model. FSDP2
+    itself runs on gloo; its generation goes through a vLLM server (not run here), so the role stops there."""
+    from harness.models import load_model
+
+    model, tok = load_model("tiny")
+    model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    script = tmp_path / "load.py"
+    script.write_text(
+        "import os, sys\nfrom pathlib import Path\n"
+        "from harness.role.common import args_then_model, mgrpo_args\n"
+        "from harness.train_config import load_train_config\n"
+        "cfg = load_train_config(sys.argv[1], ['planner.num_processes=2', 'planner.groups_per_step=2'])\n"
+        "out = Path(sys.argv[2])\n"
+        "args, model, tok = args_then_model(lambda: mgrpo_args(cfg, 'planner', out / 'ckpt', cfg.k, 2, 1), "
+        "sys.argv[3], 'planner', cfg)\n"
+        "total = sum(float(p.detach().abs().sum()) for p in model.parameters())\n"
+        "(out / f\"rank-{os.environ['RANK']}\").write_text(f'{total:.3f}')\n")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "XDIST_"))},
+           "HF_HUB_OFFLINE": "1", "ACCELERATE_USE_FSDP": "true", "FSDP_CPU_RAM_EFFICIENT_LOADING": "true",
+           "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(script), str(ROOT / "baselines/configs/tiny/single_agent.yaml"), str(tmp_path),
+                           str(tmp_path / "model")], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sums = {r: float((tmp_path / f"rank-{r}").read_text()) for r in (0, 1)}
+    expected = sum(float(p.detach().abs().sum()) for p in model.parameters())
+    assert abs(sums[0] - expected) < 1e-3 * expected  # rank 0: the whole model
+    assert sums[1] == 0.0, sums  # rank 1: nothing loaded (sharded loading in effect)
+
+
 def _train(trainer: str, run, *extra: str) -> str:
     proc = subprocess.run([sys.executable, "-m", "harness", "train", "--trainer", trainer, "--config",
                            str(ROOT / f"baselines/configs/tiny/{trainer}.yaml"), "--max-steps", "2", "--run-dir", str(run),
