@@ -62,7 +62,7 @@ from baselines import TRAINERS, get_trainer
 from benchmarks.base import Benchmark, Task
 from benchmarks.local import LocalBenchmark
 from benchmarks.web import ToolTally, WebError, WebOptions, WebReader, web_toolbox
-from harness.checkpoint_files import CheckpointError, warm_start_model_dir
+from harness.checkpoint_files import CheckpointError, build_settings, warm_start_model_dir
 from harness.config import from_dict
 from harness.records import PROVENANCE_FILE, RecordError, read_json
 from harness.rollout import AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, run_group
@@ -247,18 +247,22 @@ def model_target(model_dir: Path, trainer: str, *, runs_dir: Path, world_seed: i
             except RecordError as exc:
                 raise RunnerError(f"--model {model_dir}: {exc}") from None
             break
+    built = build_settings(model_dir)
     try:  # a shipped checkpoint is verified here, before any task (its agents: the planner's and the sub-agent)
         for agent in {get_trainer(trainer).planner_agent, "sub_agent"}:
             warm_start_model_dir(model_dir, agent)
     except CheckpointError as exc:
         raise RunnerError(str(exc)) from None
-    built = src.get("config") if isinstance(src.get("config"), dict) else {}
     seed = _int_or(built.get("world_seed"), 0) if world_seed is None else world_seed
     size = world_size or str(built.get("world_size") or "default")
     path = str(model_dir.resolve())
+    tools = {"search_top_k": _int_or(built.get("search_top_k"), 5),  # the observations the build trained on
+             "search_snippets": bool(built.get("search_snippets", True))}
+    if built.get("max_chars") is not None:
+        tools["max_chars"] = _int_or(built["max_chars"], 6000)
     config = {
         "world": {"seed": seed, "size": size, "address": DEFAULT_BASE_URL},  # the demonstrations' address
-        "tools": {"search_top_k": _int_or(built.get("search_top_k"), 5)},
+        "tools": tools,
         "rollout": {"planner_turns": 8, "sub_turns": 8, "context_tokens": 4096,
                     "max_new_tokens": _int_or(built.get("eval_max_new_tokens"), 96)},
         "models": {"planner": path, "sub": path},

@@ -96,3 +96,24 @@ def warm_start_model_dir(root: Path, agent: str) -> Path:
     return sub_dir if sub_dir.is_dir() else root
 
 
+
+
+def build_settings(root: Path) -> dict[str, Any]:
+    """What a warm-start folder was built and checked with, from its ``provenance.json`` (a shipped checkpoint)
+    or ``warmstart.json`` (a build folder): ``world_seed``, ``world_size``, ``search_top_k``, ``search_snippets``,
+    ``max_chars``, ``eval_max_new_tokens`` (the keys present in the build's config; ``{}`` for a plain model
+    folder). Evaluating or watching the folder's agents with other tool settings shows them observations they
+    never saw (e.g. search snippets to a model trained on title lines). A file that is not JSON is a
+    :class:`CheckpointError` naming it."""
+    root = Path(root)
+    for name in (PROVENANCE_FILE, "warmstart.json"):
+        path = root / name
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise CheckpointError(f"{path}: not a readable JSON file ({exc})") from None
+            config = data.get("config") if isinstance(data, dict) else None
+            keys = ("world_seed", "world_size", "search_top_k", "search_snippets", "max_chars", "eval_max_new_tokens")
+            return {k: config[k] for k in keys if isinstance(config, dict) and config.get(k) is not None}
+    return {}

@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.rollout import AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, run_group
-from harness.tools.toolbox import ToolsConfig, build_toolbox
+from harness.checkpoint_files import build_settings
+from harness.tools.toolbox import AddressedToolbox, ToolsConfig, build_toolbox
 from harness.world.generator import generate_world
 from harness.world.search import SearchIndex
 from harness.world.server import WorldServer
+from harness.world.toolbox import DEFAULT_BASE_URL
 
 
 def load_agents(model: str, single: bool) -> tuple[tuple[Any, Any], tuple[Any, Any] | None]:
@@ -58,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness run", description=__doc__.split("\n\n")[0])
     ap.add_argument("--question", required=True, help="the question to answer")
     ap.add_argument("--model", default="tiny", help="model name, model dir, or warm-start dir with planner/ sub_agent/")
-    ap.add_argument("--world-seed", type=int, default=0, help="seed of the offline world")
-    ap.add_argument("--world-size", default="small", help="world preset: tiny, small, default")
+    ap.add_argument("--world-seed", type=int, default=None,
+                    help="seed of the offline world (default: a warm-start folder's check world, else 0)")
+    ap.add_argument("--world-size", default=None,
+                    help="world preset: tiny, small, default (default: a warm-start folder's, else small)")
     ap.add_argument("--visit", choices=("direct", "playwright"), default="direct", help="visit backend")
     ap.add_argument("--single", action="store_true", help="run the single agent (search/visit itself)")
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -69,12 +73,22 @@ def main(argv: list[str] | None = None) -> int:
 
     from harness.backends import HFBackend  # lazy: torch; keeps `python -m harness run --help` light
 
+    # A warm-start folder is watched with the observations it was built with: its tool settings and the
+    # demonstrations' address (http://world.local, mapped to the live server), as `pytest benchmarks/ --model` does.
+    built = build_settings(Path(args.model)) if Path(args.model).is_dir() else {}
+    world_seed = args.world_seed if args.world_seed is not None else int(built.get("world_seed", 0))
+    world_size = args.world_size or str(built.get("world_size", "small"))
+    tools = ToolsConfig(visit_backend=args.visit,
+                        **{k: built[k] for k in ("search_top_k", "search_snippets", "max_chars") if k in built})
     (model, tok), sub = load_agents(args.model, args.single)
-    world = generate_world(seed=args.world_seed, size=args.world_size)
+    world = generate_world(seed=world_seed, size=world_size)
     cfg = RolloutConfig(k=1, temperature=args.temperature, max_new_tokens=args.max_new_tokens, context_tokens=8192)
     with WorldServer(world) as srv:
-        print(f"world seed {args.world_seed} served at {srv.base_url}", flush=True)
-        toolbox = build_toolbox(ToolsConfig(visit_backend=args.visit), SearchIndex.build(world), srv.base_url)
+        address = DEFAULT_BASE_URL if built else None
+        print(f"world seed {world_seed} ({world_size}) served at {srv.base_url}"
+              + (f", shown to the agents as {address} (the warm start's address)" if address else ""), flush=True)
+        inner = build_toolbox(tools, SearchIndex.build(world), srv.base_url)
+        toolbox = AddressedToolbox(inner, address, srv.base_url) if address else inner
         try:
             runtime = AgentRuntime(HFBackend(model, tok), tok)
             if args.single:

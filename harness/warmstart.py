@@ -46,7 +46,7 @@ from harness.agents.prompts import AGENT_PROMPTS, EpisodeTokens, agent_prompt, i
 from harness.checkpoint_files import PROVENANCE_FILE, sha256_file, verify_checkpoint
 from harness.config import ConfigError, help_field, load_config, to_dict
 from harness.protocol import format_tool_call, render_error
-from harness.records import git_state, portable_argv
+from harness.records import append_jsonl, git_state, iter_jsonl, portable_argv
 from harness.rollout import (AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, no_result_text,
                              run_group)
 from harness.tools.html_text import html_to_text
@@ -456,12 +456,16 @@ def sft_train(model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], 
         disable_tqdm=False,
     )
     gate_log: list[dict[str, Any]] = []
+    # Each gate row also goes to a file next to the checkpoints, so a resumed build reports the whole curve.
+    gate_file = trainer_dir / "gate_log.jsonl"
 
     class GateCallback(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if gate is not None and cfg.gate_every > 0 and state.global_step % cfg.gate_every == 0:
                 row = {"step": state.global_step, **gate(kwargs["model"])}
                 gate_log.append(row)
+                if saving:
+                    append_jsonl(gate_file, row)
                 print(f"[copy gate] step {row['step']}: name-token loss {row['name_loss']:.3f} vs other "
                       f"{row['other_loss']:.3f}; names exact {row['names_exact']:.0%} (first token {row['names_first']:.0%}, "
                       f"the rest {row['names_rest']:.0%}); repeated random pieces "
@@ -473,6 +477,13 @@ def sft_train(model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], 
     resume = get_last_checkpoint(str(trainer_dir)) if saving and trainer_dir.is_dir() else None
     if resume:
         print(f"[warmstart] resuming from {resume}", flush=True)
+        done = int(Path(resume).name.rsplit("-", 1)[-1])
+        if gate_file.is_file():  # the rows up to the checkpoint (the last one per step); later ones are scored again
+            rows = {row["step"]: row for _, row in iter_jsonl(gate_file, tolerate_truncated_tail=True)
+                    if row["step"] <= done}
+            gate_log.extend(rows[k] for k in sorted(rows))
+    elif gate_file.is_file():
+        gate_file.unlink()  # a fresh build: no rows of an earlier one
     t0 = time.perf_counter()
     out = trainer.train(resume_from_checkpoint=resume)
     seconds = time.perf_counter() - t0

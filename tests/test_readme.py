@@ -72,7 +72,7 @@ EXPECT: dict[str, list[str]] = {
     "python -m harness --help": [r"commands:", r"\btrain\b", r"\bexperiment\b"],
     "python -m harness world tasks": [r"wrote \d+ files under tasks/"],
     "python -m harness warmstart": [r'"check"'],
-    "python -m harness run": [r"\[assistant\]", r"answer: .* \(turns \d+, sub-agent calls \d+, format ok \w+, end: \w+\)"],
+    "python -m harness run": [r"shown to the agents as http://world\.local", r"\[assistant\]", r"answer: .* \(turns \d+, sub-agent calls \d+, format ok \w+, end: \w+\)"],
     "python -m harness train --trainer": [r"\[train\] planner step 1/2", r"\[train\] planner step 2/2",
                                           r"\[train\] completed"],
     "python -m harness train --resume": [r"\[train\] completed"],

@@ -287,14 +287,25 @@ def test_killed_sft_resumes_from_its_last_checkpoint(tmp_path, letters_prep):
 
     prep = letters_prep
     examples = [e for e in prep.examples("planner") if len(e["input_ids"]) <= 1024][:8]
-    cfg = load_config(WarmstartConfig, None, [*LETTERS, "max_steps=2", "save_steps=2", "batch_size=2"])
-    first = sft_train(prep.new_model(), prep.tokenizer, examples, cfg, tmp_path)
+    cfg = load_config(WarmstartConfig, None, [*LETTERS, "max_steps=2", "save_steps=2", "batch_size=2", "gate_every=1"])
+    # the copy gate's scores stand in here (this test is about the bookkeeping): the step it was called at
+    calls: list[int] = []
+
+    def gate(model):
+        calls.append(len(calls))
+        return {k: float(len(calls)) for k in ("name_loss", "other_loss", "names_exact", "names_first", "names_rest",
+                                               "repeat_loss", "first_loss")}
+
+    first = sft_train(prep.new_model(), prep.tokenizer, examples, cfg, tmp_path, gate=gate)
     assert first["steps"] == 2 and first["resumed_from"] is None
     assert (tmp_path / "trainer" / "checkpoint-2").is_dir()
-    # the same build run again with a longer schedule continues from step 2 (a kill after the save)
+    # the same build run again with a longer schedule continues from step 2 (a kill after the save) ...
     cfg.max_steps = 4
-    second = sft_train(prep.new_model(), prep.tokenizer, examples, cfg, tmp_path)
+    second = sft_train(prep.new_model(), prep.tokenizer, examples, cfg, tmp_path, gate=gate)
     assert second["resumed_from"].endswith("checkpoint-2") and second["steps"] == 4
+    # ... and reports the copy gate's whole curve, the rows before the resume included
+    assert [r["step"] for r in second["gate_log"]] == [1, 2, 3, 4]
+    assert [r["name_loss"] for r in second["gate_log"]] == [1.0, 2.0, 3.0, 4.0]
 
 
 @pytest.mark.slow
