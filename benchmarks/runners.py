@@ -62,7 +62,7 @@ from baselines import TRAINERS, get_trainer
 from benchmarks.base import Benchmark, Task
 from benchmarks.local import LocalBenchmark
 from benchmarks.web import ToolTally, WebError, WebOptions, WebReader, web_toolbox
-from harness.checkpoint_files import CheckpointError, build_settings, warm_start_model_dir
+from harness.checkpoint_files import CheckpointError, record_settings, warm_start_model_dir
 from harness.config import from_dict
 from harness.records import PROVENANCE_FILE, RecordError, read_json
 from harness.rollout import AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, run_group
@@ -247,7 +247,7 @@ def model_target(model_dir: Path, trainer: str, *, runs_dir: Path, world_seed: i
             except RecordError as exc:
                 raise RunnerError(f"--model {model_dir}: {exc}") from None
             break
-    built = build_settings(model_dir)
+    built = record_settings(src)  # the settings the build trained and checked with
     try:  # a shipped checkpoint is verified here, before any task (its agents: the planner's and the sub-agent)
         for agent in {get_trainer(trainer).planner_agent, "sub_agent"}:
             warm_start_model_dir(model_dir, agent)

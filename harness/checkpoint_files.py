@@ -96,15 +96,22 @@ def warm_start_model_dir(root: Path, agent: str) -> Path:
     return sub_dir if sub_dir.is_dir() else root
 
 
+#: The settings of a warm-start build that its agents' observations depend on (``build_settings``).
+BUILD_KEYS = ("world_seed", "world_size", "search_top_k", "search_snippets", "max_chars", "eval_max_new_tokens")
+
+
+def record_settings(record: Any) -> dict[str, Any]:
+    """The :data:`BUILD_KEYS` present in a build record's ``config`` (``provenance.json`` or ``warmstart.json``,
+    already read); ``{}`` when it has none."""
+    config = record.get("config") if isinstance(record, dict) else None
+    return {k: config[k] for k in BUILD_KEYS if isinstance(config, dict) and config.get(k) is not None}
 
 
 def build_settings(root: Path) -> dict[str, Any]:
     """What a warm-start folder was built and checked with, from its ``provenance.json`` (a shipped checkpoint)
-    or ``warmstart.json`` (a build folder): ``world_seed``, ``world_size``, ``search_top_k``, ``search_snippets``,
-    ``max_chars``, ``eval_max_new_tokens`` (the keys present in the build's config; ``{}`` for a plain model
-    folder). Evaluating or watching the folder's agents with other tool settings shows them observations they
-    never saw (e.g. search snippets to a model trained on title lines). A file that is not JSON is a
-    :class:`CheckpointError` naming it."""
+    or ``warmstart.json`` (a build folder): :func:`record_settings` (``{}`` for a plain model folder). Evaluating
+    or watching the folder's agents with other tool settings shows them observations they never saw (e.g. search
+    snippets to a model trained on title lines). A file that is not JSON is a :class:`CheckpointError` naming it."""
     root = Path(root)
     for name in (PROVENANCE_FILE, "warmstart.json"):
         path = root / name
@@ -113,7 +120,5 @@ def build_settings(root: Path) -> dict[str, Any]:
                 data = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
                 raise CheckpointError(f"{path}: not a readable JSON file ({exc})") from None
-            config = data.get("config") if isinstance(data, dict) else None
-            keys = ("world_seed", "world_size", "search_top_k", "search_snippets", "max_chars", "eval_max_new_tokens")
-            return {k: config[k] for k in keys if isinstance(config, dict) and config.get(k) is not None}
+            return record_settings(data)
     return {}

@@ -536,11 +536,10 @@ class BrowserPool:
             raise redirect_refused(slot.refusal, url)
         if navigated:
             # The page navigated on its own after loading: wait for the new document, read that.
-            # The wait can return for the old document while the new one has not committed yet; the
-            # read then dies with the old document ("Execution context was destroyed"): wait and read
-            # again, until the deadline.
-            # The wait can also return for the old document's state, so the read itself waits until the
-            # document it runs in is parsed (or loaded) as far as `wait_until` asks.
+            # The wait can return for the old document's state while the new one has not committed yet: the
+            # read then dies with the old document ("Execution context was destroyed"; wait and read again,
+            # until the deadline) or runs in a new one still loading (so the read itself waits until its
+            # document is parsed, or loaded, as far as `wait_until` asks).
             state = self.config.wait_until if self.config.wait_until != "commit" else "load"
             ready = "interactive" if state == "domcontentloaded" else "complete"
             while True:
