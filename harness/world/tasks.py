@@ -72,9 +72,13 @@ class TaskConfig:
     base_url: str = help_field(
         DEFAULT_BASE_URL, "Base URL written into tasks (``root_url``, ``source_website``, subtasks).")
     verify: bool = help_field(True, "Emit only tasks the scripted expert solves at noise 0 (docs/world.md).")
+    template_start: int = help_field(
+        0, "Where the round robin over templates (in name order) starts, modulo their number. With few tasks per "
+        "benchmark the first templates in name order take every place; the warm start's demonstration worlds each "
+        "start further on, so that together they cover every template (docs/training.md, \"Build b3\").")
 
     def __post_init__(self) -> None:
-        for name in ("n_train", "n_test"):
+        for name in ("n_train", "n_test", "template_start"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"TaskConfig.{name}: expected an int >= 0, got {v!r}")
@@ -412,9 +416,13 @@ def _xb_candidates(world: World, base: str) -> dict[str, list[dict[str, Any]]]:
 
 
 # ----------------------------------------------------------------------------- generation
-def _round_robin(groups: dict[str, list[dict[str, Any]]], rng: random.Random) -> list[dict[str, Any]]:
+def _round_robin(groups: dict[str, list[dict[str, Any]]], rng: random.Random, start: int = 0) -> list[dict[str, Any]]:
+    names = sorted(groups)
+    if names:
+        k = start % len(names)
+        names = names[k:] + names[:k]
     lists = []
-    for name in sorted(groups):
+    for name in names:
         items = list(groups[name])
         rng.shuffle(items)
         lists.append(items)
@@ -457,7 +465,7 @@ def generate_tasks(world: World, config: TaskConfig | None = None, index: Search
         for split in SPLITS:
             n = config.n_train if split == "train" else config.n_test
             accepted: list[dict[str, Any]] = []
-            for t in _round_robin(split_groups[split], rng):
+            for t in _round_robin(split_groups[split], rng, config.template_start):
                 if len(accepted) >= n:
                     break
                 t["gold"].update(benchmark=bench, split=split)

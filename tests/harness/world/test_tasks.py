@@ -208,3 +208,18 @@ def test_select_tasks_by_hops_and_template(taskset):
     assert select_tasks(tasks) == tasks and select_tasks(tasks, templates=[]) == []
     both = select_tasks(tasks, max_hops=1, templates=["gaia.person.*", "xbench.*"])
     assert [t for t in one_hop if t in people] == [t for t in both if t["gold"]["template"].startswith("gaia")]
+
+
+def test_template_start_rotates_the_round_robin_over_templates():
+    w = generate_world(WorldConfig(seed=4, size="tiny"))
+    base = generate_tasks(w, TaskConfig(n_train=3, n_test=1, verify=False))
+    assert generate_tasks(w, TaskConfig(n_train=3, n_test=1, verify=False, template_start=0)).tasks == base.tasks
+    everything = generate_tasks(w, TaskConfig(n_train=1000, n_test=1, verify=False))
+    names = sorted({t["gold"]["template"] for t in everything.tasks[("gaia", "train")]})
+    first = [t["gold"]["template"] for t in base.tasks[("gaia", "train")]]
+    assert first == names[:3]  # few tasks: the first templates in name order take every place
+    for k in (5, len(names) + 5):  # modulo the number of templates
+        later = generate_tasks(w, TaskConfig(n_train=3, n_test=1, verify=False, template_start=k))
+        assert [t["gold"]["template"] for t in later.tasks[("gaia", "train")]] == names[5:8]
+    with pytest.raises(ValueError, match="template_start: expected an int >= 0"):
+        TaskConfig(template_start=-1)
