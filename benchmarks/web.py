@@ -46,7 +46,7 @@ UNREACHABLE_VERDICT = "web_unreachable"
 #: Observation prefixes that mean the web (not the agent) failed: the search API, or a page that did not load.
 UNREACHABLE_PREFIXES = ("Error: search failed", "Error: could not load", "Error: timed out after")
 #: The run's tool settings a model keeps on the web (what it trained with); the rest is the web's.
-RUN_TOOL_KEYS = ("search_top_k", "search_snippets", "max_chars", "timeout_s")
+RUN_TOOL_KEYS = ("search_top_k", "search_snippets", "max_chars", "visit_focus", "timeout_s")
 
 
 class WebError(RuntimeError):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.rollout import AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, run_group
-from harness.checkpoint_files import build_settings
+from harness.checkpoint_files import BUILD_TOOL_KEYS, build_settings
 from harness.tools.toolbox import AddressedToolbox, ToolsConfig, build_toolbox
 from harness.world.generator import generate_world
 from harness.world.search import SearchIndex
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     world_seed = args.world_seed if args.world_seed is not None else int(built.get("world_seed", 0))
     world_size = args.world_size or str(built.get("world_size", "small"))
     tools = ToolsConfig(visit_backend=args.visit,
-                        **{k: built[k] for k in ("search_top_k", "search_snippets", "max_chars") if k in built})
+                        **{k: built[k] for k in BUILD_TOOL_KEYS if k in built})
     (model, tok), sub = load_agents(args.model, args.single)
     world = generate_world(seed=world_seed, size=world_size)
     cfg = RolloutConfig(k=1, temperature=args.temperature, max_new_tokens=args.max_new_tokens, context_tokens=8192)

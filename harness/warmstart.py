@@ -103,6 +103,9 @@ class WarmstartConfig:
                                        "value as the training preset's tools.search_snippets)")
     max_chars: int | None = help_field(None, "page text kept per visit in the demonstrations and the check (null = "
                                        "all; use the training preset's tools.max_chars)")
+    visit_focus: bool = help_field(False, "goal-guided visit in the demonstrations and the check: the table rows that "
+                                   "match the visit's goal first (use the same value as the training preset's "
+                                   "tools.visit_focus; docs/tools.md)")
     noise: float = help_field(0.05, "scripted-expert noise rate in the demonstrations")
     recovery_rate: float = help_field(0.0, "share of the agents' demonstrated turns preceded by a broken copy of "
                                       "themselves (cut short, its end repeated: what a drifting model writes) and the "
@@ -351,7 +354,8 @@ _LETTER_RUN = re.compile(r"[^\W\d_]+")  # the same letter runs as harness.models
 
 def _toolbox(world: Any, cfg: WarmstartConfig) -> WorldToolbox:
     """The in-process tools of the demonstrations and the check, set as the training preset's are."""
-    return WorldToolbox(world, k=cfg.search_top_k, max_chars=cfg.max_chars, snippets=cfg.search_snippets)
+    return WorldToolbox(world, k=cfg.search_top_k, max_chars=cfg.max_chars, snippets=cfg.search_snippets,
+                        focus=cfg.visit_focus)
 
 
 def _selected(taskset: Any, split: str, cfg: WarmstartConfig) -> list[dict[str, Any]]:

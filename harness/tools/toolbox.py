@@ -48,6 +48,10 @@ class ToolsConfig:
         "simple", help="how a page's HTML becomes text: 'simple' (the offline world's converter, every line) or "
                        "'web' (trafilatura's main content plus the page's links; the real web)")
     max_chars: int = help_field(6000, help="page text budget per visit; longer text ends with a '[truncated]' line")
+    visit_focus: bool = help_field(
+        False, help="goal-guided visit: the page's table rows that match the visit's goal come first (a "
+                    "deterministic stand-in for the paper's goal-guided summary; docs/tools.md; use the warm start's "
+                    "own setting)")
     max_html_chars: int = help_field(
         1_000_000, help="page-size cap: HTML characters (direct: bytes) read before conversion to text")
     timeout_s: float = help_field(10.0, help="seconds one visit may take, waiting for a browser slot included")
@@ -244,5 +248,5 @@ def build_toolbox(
             )
     search = SearchTool(backend, top_k=config.search_top_k, snippets=config.search_snippets)
     visit = VisitTool(visit_backend, allowlist, max_chars=config.max_chars, timeout_s=config.timeout_s,
-                      extract=get_extractor(config.extractor))
+                      extract=get_extractor(config.extractor), focus=config.visit_focus)
     return WebToolbox(search, visit, owned=owned)

@@ -22,9 +22,11 @@ a run does not change behaviour when the backend changes.
 
 Deliberate deviations from the paper:
 
-* ``goal`` is accepted and validated but not used: the paper's visit tool summarises the page
-  with an LLM guided by the goal; here the observation is the page's main text itself (no
-  extra model in the loop), truncated to a character budget (a stand-in for the token budget).
+* The paper's visit tool summarises the page with an LLM guided by ``goal``; here the observation
+  is the page's main text itself (no extra model in the loop), truncated to a character budget (a
+  stand-in for the token budget). ``goal`` is not used unless ``focus`` is set (``tools.visit_focus``,
+  the tiny presets): then the table rows that match it come first, before the cut
+  (:func:`harness.tools.focus.focus_rows`, a deterministic stand-in for the goal-guided summary).
 * ``text/plain`` pages are allowed and rendered as Chromium does (one ``<pre>`` block); any other
   non-HTML type (PDF, images, archives) is refused with an error observation.
 * The direct backend decodes with the charset of the ``Content-Type`` header, else a
@@ -42,6 +44,7 @@ import http.client
 import re
 import socket
 import ssl
+import sys
 import time
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -50,6 +53,7 @@ from urllib.parse import urljoin, urlsplit
 
 from harness.protocol import render_error
 from harness.tools.allowlist import Allowlist
+from harness.tools.focus import focus_rows
 from harness.tools.html_text import html_to_text
 
 TRUNCATION_MARKER = "[truncated]"
@@ -295,32 +299,40 @@ class VisitTool:
     """``visit(url, goal)``: the agent-facing tool. Never raises; thread-safe if the backend is."""
 
     def __init__(self, backend: VisitBackend, allowlist: Allowlist, max_chars: int = 6000, timeout_s: float = 10.0,
-                 extract: Callable[[str, str, int], str] | None = None) -> None:
+                 extract: Callable[[str, str, int], str] | None = None, focus: bool = False) -> None:
         self.backend = backend
         self.allowlist = allowlist
         self.max_chars = max_chars
         self.timeout_s = timeout_s
         # HTML -> text (harness.tools.extract, tools.extractor); None: this module's page_text ("simple")
         self.extract = extract or page_text
+        # the goal's rows first (tools.visit_focus): the whole page is converted, reordered, then cut
+        self.focus = focus
 
     def __repr__(self) -> str:
-        return f"VisitTool(backend={self.backend!r}, max_chars={self.max_chars}, timeout_s={self.timeout_s})"
+        return (f"VisitTool(backend={self.backend!r}, max_chars={self.max_chars}, timeout_s={self.timeout_s}"
+                f"{', focus' if self.focus else ''})")
 
-    def page_text(self, url: str) -> str:
-        """The page text (truncated), raising :class:`VisitError` on failure."""
+    def page_text(self, url: str, goal: str = "") -> str:
+        """The page text (truncated; with ``focus``, the rows matching ``goal`` first), raising
+        :class:`VisitError` on failure."""
         url = url.strip()
         reason = self.allowlist.check(url)
         if reason is not None:
             raise VisitError(reason)
         result = self.backend.fetch(url, self.timeout_s)
-        text = self.extract(result.html, result.final_url, self.max_chars)
+        if self.focus and goal.strip():  # a row past the budget can still come first: reorder, then cut
+            text = self.extract(result.html, result.final_url, sys.maxsize)
+            text = truncate_text(focus_rows(text, goal), self.max_chars)
+        else:
+            text = self.extract(result.html, result.final_url, self.max_chars)
         if not text:
             return f"(the page at {result.final_url} has no text)"
         return text
 
     def __call__(self, url: str, goal: str = "") -> str:
         try:
-            return self.page_text(url)
+            return self.page_text(url, goal if isinstance(goal, str) else "")
         except VisitError as exc:
             message = str(exc)
         except Exception as exc:  # noqa: BLE001 - the agent loop must never see an exception

@@ -10,7 +10,9 @@ emitted), tests, and fast CPU data generation.
 Deliberate decisions: only URLs under ``base_url`` are visited (the world's host, like the
 tools' default allowlist); anything else, unknown tools, missing arguments and unknown pages
 come back as :func:`render_error` text, never as exceptions. ``max_chars`` optionally
-truncates page text with the real visit tool's ``truncate_text`` (same ``[truncated]`` line).
+truncates page text with the real visit tool's ``truncate_text`` (same ``[truncated]`` line); ``focus``
+puts the rows that match the visit's goal first, before the cut, as the real visit tool does
+(:func:`harness.tools.focus.focus_rows`, ``tools.visit_focus``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.protocol import render_error, render_search_results
+from harness.tools.focus import focus_rows
 from harness.tools.html_text import html_to_text
 from harness.tools.visit import truncate_text
 from harness.world.generator import World
@@ -31,13 +34,14 @@ class WorldToolbox:
     """``search`` and ``visit`` over ``world`` as if it were served at ``base_url``."""
 
     def __init__(self, world: World, base_url: str = DEFAULT_BASE_URL, index: SearchIndex | None = None,
-                 k: int = 5, max_chars: int | None = None, snippets: bool = True) -> None:
+                 k: int = 5, max_chars: int | None = None, snippets: bool = True, focus: bool = False) -> None:
         self.world = world
         self.base_url = base_url.rstrip("/")
         self.index = index if index is not None else SearchIndex.build(world)
         self.k = k
         self.max_chars = max_chars
         self.snippets = snippets
+        self.focus = focus
         self._texts: dict[str, str] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
         """Every call made, in order (for tests and statistics)."""
@@ -61,6 +65,9 @@ class WorldToolbox:
             text = self._texts.get(url)
             if text is None:  # pages are static: convert each URL once
                 text = self._texts[url] = html_to_text(page.html, base_url=url)
+            if self.focus:
+                goal = arguments.get("goal", "")
+                text = focus_rows(text, goal if isinstance(goal, str) else "")
             if self.max_chars is not None:
                 text = truncate_text(text, self.max_chars)  # as the real visit tool cuts (same marker)
             return text

@@ -46,6 +46,8 @@ def test_warmstart_presets_load_and_match_their_training_world(path):
     # ... and the search results look as they did in the demonstrations
     assert ws.search_top_k == train.tools.search_top_k
     assert ws.search_snippets == train.tools.search_snippets
+    # ... and pages are ordered for the visit's goal as they were (docs/tools.md, "The goal-guided visit")
+    assert ws.visit_focus == train.tools.visit_focus
 
 
 def test_paper_preset_has_the_paper_hyperparameters():

@@ -510,3 +510,25 @@ def test_demonstration_worlds_together_cover_every_template():
         templates = {t["gold"]["template"] for split in ("train", "test") for t in every.tasks[(style, split)]}
         missing = sorted(templates - set(seen))
         assert len(missing) <= len(templates) // 10, (style, missing)
+
+
+def test_visit_focus_reaches_the_demonstrations():
+    # tools.visit_focus (docs/tools.md, "The goal-guided visit"): the demonstrations' toolbox puts the row the
+    # expert's goal asks for under the page's title, so the sub-agent learns to answer from that line
+    from harness.warmstart import demo_world_tasks
+
+    world = generate_world(seed=0, size="tiny")
+    from_top = {}
+    for focus in (False, True):
+        cfg = load_config(WarmstartConfig, None, ["world_size=tiny", "world_demos=false", "demo_worlds=1",
+                                                   "demo_world_tasks=6", "n_test_tasks=6", f"visit_focus={focus}"])
+        ((toolbox, tasks),) = list(demo_world_tasks(cfg, held_out=[], world=world))
+        assert toolbox.focus is focus
+        demos = expert_demonstrations(tasks, toolbox, noise=0.0, seed=0)
+        from_top[focus] = 0
+        for msgs in demos.sub_agent:
+            page, answer = msgs[-2]["content"], msgs[-1]["content"]
+            if msgs[-2]["role"] == "tool" and page.startswith("# "):
+                value = answer.removeprefix("<answer>").removesuffix("</answer>")
+                from_top[focus] += value in page.split("\n")[1]
+    assert from_top[True] >= 10 and from_top[True] > 2 * from_top[False], from_top

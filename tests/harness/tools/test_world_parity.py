@@ -8,7 +8,9 @@ On a generated world served by ``WorldServer`` on 127.0.0.1:
 * one page of every page type (wiki page per entity kind, portal, news, each organisation-site
   page kind) gives identical observations through Playwright/Chromium and the direct backend;
 * the world's own test routes (500, slow, big, download, off-host redirect, links) give identical
-  error/text observations through both backends.
+  error/text observations through both backends;
+* the goal-guided visit (``tools.visit_focus``, :mod:`harness.tools.focus`) gives the same text through the
+  world toolbox, the direct backend and Chromium, cut to a budget after the rows are reordered.
 
 Skipped, with the reason, only when ``harness.world`` cannot be imported.
 """
@@ -26,6 +28,7 @@ from harness.tools.allowlist import Allowlist  # noqa: E402
 from harness.tools.browser import BrowserConfig, BrowserPool  # noqa: E402
 from harness.tools.html_text import html_to_text  # noqa: E402
 from harness.tools.visit import DirectBackend, VisitTool, truncate_text  # noqa: E402
+from harness.world.toolbox import WorldToolbox  # noqa: E402
 
 TIMEOUT = 20.0
 MAX_CHARS = 100_000  # large: compare whole pages, not truncations
@@ -72,6 +75,29 @@ def test_direct_backend_matches_the_page_source_on_every_page(world, served, all
         assert tool(url) == expected, path
 
 
+#: Goals as the agents write them (``<relation> of <name>``): each asks for a row some page type has.
+GOALS = ("country of it", "birth year of it", "founding year of it", "price of it", "host city of it",
+         "chief executive of it", "joining year of it", "nothing at all")
+
+
+def test_focused_visit_is_the_same_in_the_world_toolbox_and_the_direct_backend(world, served, allowlist) -> None:
+    """Every page and goal: the same text in both, under a budget that cuts most pages (so the row must move
+    before the cut); and the goal's row does move on a good share of them."""
+    budget = 200
+    tool = VisitTool(DirectBackend(allowlist), allowlist, max_chars=budget, timeout_s=TIMEOUT, focus=True)
+    plain = VisitTool(DirectBackend(allowlist), allowlist, max_chars=budget, timeout_s=TIMEOUT)
+    box = WorldToolbox(world, base_url=served.base_url, max_chars=budget, focus=True)
+    moved = 0
+    for path in sorted(world.pages)[::3]:
+        url = served.base_url + path
+        for goal in GOALS:
+            text = tool(url, goal)
+            assert text == box.call("visit", {"url": url, "goal": goal}), (path, goal)
+            moved += text != plain(url, goal)
+    assert plain(served.base_url + "/", "country of it") == tool(served.base_url + "/", "")  # no goal: no focus
+    assert moved > 50, moved
+
+
 @pytest.mark.browser
 @pytest.mark.xdist_group("chromium")
 def test_playwright_and_direct_agree_on_every_page_type(world, served, allowlist: Allowlist) -> None:
@@ -92,6 +118,13 @@ def test_playwright_and_direct_agree_on_every_page_type(world, served, allowlist
         longest = max(paths, key=lambda p: len(world.pages[p].html))
         assert small_b(served.base_url + longest) == small_d(served.base_url + longest)
         assert small_b(served.base_url + longest).endswith("\n[truncated]")
+        # the goal-guided visit: the same reordered, cut text through Chromium
+        focus_b = VisitTool(pool, allowlist, max_chars=300, timeout_s=TIMEOUT, focus=True)
+        focus_d = VisitTool(DirectBackend(allowlist), allowlist, max_chars=300, timeout_s=TIMEOUT, focus=True)
+        for path in paths:
+            url = served.base_url + path
+            for goal in GOALS[:4]:
+                assert focus_b(url, goal) == focus_d(url, goal), (path, goal)
 
 
 @pytest.mark.browser

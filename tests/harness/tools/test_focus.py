@@ -1,0 +1,115 @@
+"""The goal-guided visit's row order (harness/tools/focus.py, docs/tools.md "The goal-guided visit"): unit cases
+worked by hand, and properties (hypothesis) that hold for any page and goal."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.tools.focus import focus_rows, row_label, row_scores
+
+PERSON = "\n".join([
+    "# Breame Bifeagle",
+    "Breame Bifeagle",
+    "Breame Bifeagle (born 1955 in Theabe [http://world.local/wiki/theabe.html]) is a legal counsel.",
+    "| Born | 1955",
+    "| Birthplace | Theabe [http://world.local/wiki/theabe.html]",
+    "| Employer | Kretrair Partners [http://world.local/wiki/kretrair-partners.html]",
+    "| Occupation | legal counsel",
+])
+CITY = "\n".join([
+    "# Patal",
+    "Patal",
+    "Patal is a city in Kebraizeia, founded in 817, with a population of 248,800.",
+    "| Country | Kebraizeia",
+    "| Population | 248,800",
+    "| Founded | 817",
+    "Notable people born here",
+    "- Glaivios Breaku [http://world.local/wiki/glaivios-breaku.html] (born 1990)",
+])
+
+
+def first_line(text: str, goal: str) -> str:
+    """The line just under the title: where the best-matching row goes."""
+    out = focus_rows(text, goal).split("\n")
+    assert out[0] == text.split("\n")[0]  # the title stays on top
+    return out[1]
+
+
+def test_the_row_the_goal_asks_for_comes_first() -> None:
+    assert first_line(CITY, "country of Patal") == "| Country | Kebraizeia"
+    assert first_line(CITY, "population of Patal") == "| Population | 248,800"
+    # a shared 4-letter stem: "founding" ~ "Founded"
+    assert first_line(CITY, "founding year of Patal") == "| Founded | 817"
+    assert first_line(PERSON, "employer of Breame Bifeagle") == "| Employer | Kretrair Partners " \
+                                                                 "[http://world.local/wiki/kretrair-partners.html]"
+    assert first_line(PERSON, "occupation of Breame Bifeagle") == "| Occupation | legal counsel"
+
+
+def test_birth_year_and_birthplace_are_told_apart() -> None:
+    # "born" is an irregular form of "birth": an exact match (2) beats the shared stem of "Birthplace" (1) ...
+    assert row_scores(PERSON, "birth year of Breame Bifeagle")[3:5] == [2, 1]
+    assert first_line(PERSON, "birth year of Breame Bifeagle") == "| Born | 1955"
+    # ... and the other way round for the birthplace
+    assert row_scores(PERSON, "birthplace of Breame Bifeagle")[3:5] == [1, 2]
+    assert first_line(PERSON, "birthplace of Breame Bifeagle").startswith("| Birthplace | Theabe")
+
+
+def test_the_rest_of_the_page_keeps_its_order() -> None:
+    out = focus_rows(CITY, "founding year of Patal").split("\n")
+    rest = [line for line in CITY.split("\n")[1:] if line != "| Founded | 817"]
+    assert out == ["# Patal", "| Founded | 817", *rest]
+
+
+def test_nothing_moves_when_no_row_matches() -> None:
+    assert focus_rows(CITY, "") == CITY
+    assert focus_rows(CITY, "   ") == CITY
+    # list items and prose never move, even when they share the goal's words ("people born")
+    assert focus_rows(CITY, "people born in Patal") == CITY
+    assert focus_rows(PERSON, "is Breame Bifeagle industry robotics") == PERSON
+    # the page's own title words are the entity, not a relation: a row named like the title does not match
+    page = "# Country Club\n| Country | Elbonia\n| Price | 3"
+    assert focus_rows(page, "price of Country Club").split("\n")[1] == "| Price | 3"
+    assert focus_rows(page, "Country Club") == page
+
+
+def test_ties_move_together_in_page_order() -> None:
+    page = "# X\n| Host city | A\n| Year | 2001\n| City | B"
+    assert focus_rows(page, "city of X").split("\n")[:3] == ["# X", "| Host city | A", "| City | B"]
+    assert first_line(page, "host city of X") == "| Host city | A"
+    # a page without a title line: the rows go to the very top
+    assert focus_rows("| Year | 2001\n| Price | 4", "price").split("\n")[0] == "| Price | 4"
+
+
+def test_row_label() -> None:
+    assert row_label("| Host city | Patal [http://x/]") == "Host city"
+    assert row_label("Home [http://x/] | Team [http://y/]") is None
+    assert row_label("- item") is None
+
+
+lines = st.lists(st.one_of(
+    st.text(alphabet="abc XYZ|-#", max_size=20),
+    st.builds(lambda a, b: f"| {a} | {b}", st.sampled_from(["Born", "Year", "Host city", "Price", "Founded", ""]),
+              st.text(alphabet="abc 019", max_size=8)),
+), max_size=12)
+goals = st.one_of(st.text(max_size=30), st.sampled_from(["birth year of X", "host city", "price of a", "founding"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines, goals)
+def test_properties(page_lines: list[str], goal: str) -> None:
+    text = "\n".join(page_lines)
+    out = focus_rows(text, goal)
+    # a permutation of the page's lines: nothing lost, nothing added
+    assert Counter(out.split("\n")) == Counter(text.split("\n"))
+    # only table rows move: the other lines keep their relative order
+    others = [line for line in text.split("\n") if row_label(line) is None]
+    assert [line for line in out.split("\n") if row_label(line) is None] == others
+    # the title line, if any, stays first
+    if text.startswith("# "):
+        assert out.split("\n")[0] == text.split("\n")[0]
+    # deterministic, and focusing twice changes nothing more
+    assert focus_rows(text, goal) == out
+    assert focus_rows(out, goal) == out
