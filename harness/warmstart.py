@@ -114,7 +114,8 @@ class WarmstartConfig:
                                       "breaks one turn has never seen what comes next and keeps breaking "
                                       "(docs/training.md, \"The tiny warm start\")")
     expert: dict[str, Any] = help_field({}, "more ExpertConfig fields for the demonstrations: rates, template_rates, "
-                                        "phrase_rates (systematic blind spots that RL can fix)")
+                                        "phrase_rates (systematic blind spots that RL can fix), query (the "
+                                        "sub-agent's first search: the name or the task's sentence)")
     agents: list[str] = help_field(list(AGENTS), "which agents to fine-tune")
     joint: bool = help_field(False, "one model fine-tuned on all the agents' transcripts together (each agent is "
                              "told apart by its own system prompt) and saved as every agent; the agents then "
@@ -568,10 +569,12 @@ def interleave_benchmarks(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def expert_check(tasks: list[dict[str, Any]], toolbox: Any, seed: int = 0) -> dict[str, Any]:
-    """The noise-free scripted expert on the check tasks: the ceiling a warm start stays below."""
-    solved = {task_id(t) for t in tasks
-              if run_expert_episode(t, toolbox, noise=0.0, seed=seed, config=ExpertConfig(noise=0.0)).correct}
+def expert_check(tasks: list[dict[str, Any]], toolbox: Any, seed: int = 0,
+                 config: ExpertConfig | None = None) -> dict[str, Any]:
+    """The noise-free scripted expert (``config.noise_free()``) on the check tasks: the ceiling a warm start
+    stays below."""
+    clean = (config or ExpertConfig()).noise_free()
+    solved = {task_id(t) for t in tasks if run_expert_episode(t, toolbox, noise=0.0, seed=seed, config=clean).correct}
     return {"n_tasks": len(tasks), "success": len(solved) / max(1, len(tasks)),
             "per_benchmark": _per_benchmark(tasks, solved)}
 
@@ -816,9 +819,11 @@ def copy_drill(model: Any, pieces: list[int], cfg: WarmstartConfig, pad_id: int,
 
 
 # --------------------------------------------------------------------------- copy gate
-def gate_transcripts(tasks: list[dict[str, Any]], toolbox: Any, seed: int = 0) -> Demonstrations:
-    """Noise-free expert transcripts of held-out ``tasks``: what the copy gate scores the model on."""
-    return expert_demonstrations(tasks, toolbox, noise=0.0, seed=seed, config=ExpertConfig(noise=0.0))
+def gate_transcripts(tasks: list[dict[str, Any]], toolbox: Any, seed: int = 0,
+                     config: ExpertConfig | None = None) -> Demonstrations:
+    """Noise-free expert transcripts (``config.noise_free()``, the demonstrations' expert without its errors) of
+    held-out ``tasks``: what the copy gate scores the model on."""
+    return expert_demonstrations(tasks, toolbox, noise=0.0, seed=seed, config=(config or ExpertConfig()).noise_free())
 
 
 def name_spans(text: str, names: set[str]) -> list[tuple[int, int]]:
@@ -954,7 +959,8 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
     test, toolbox, demos, tokenizer = prep.test, prep.toolbox, prep.demos, prep.tokenizer
     held_out = interleave_benchmarks(test)[: cfg.eval_tasks]
     gate_demos = gate_transcripts(held_out[: cfg.gate_tasks] if cfg.gate_tasks <= len(held_out) else
-                                  interleave_benchmarks(test)[: cfg.gate_tasks], toolbox, cfg.seed) if cfg.gate_tasks else None
+                                  interleave_benchmarks(test)[: cfg.gate_tasks], toolbox, cfg.seed,
+                                  cfg.expert_config()) if cfg.gate_tasks else None
     names = entity_strings(prep.world)
 
     def gate(model: Any) -> dict[str, float]:
@@ -999,7 +1005,7 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
                                       temperature=0.0, max_new_tokens=cfg.eval_max_new_tokens, seed=cfg.seed),
             "sampled": evaluate_system(models["planner"], models["sub_agent"], tokenizer, held_out, toolbox,
                                        temperature=1.0, max_new_tokens=cfg.eval_max_new_tokens, seed=cfg.seed),
-            "expert": expert_check(held_out, toolbox, cfg.seed),
+            "expert": expert_check(held_out, toolbox, cfg.seed, cfg.expert_config()),
         }
         stages["check_s"] = time.perf_counter() - t0
     stages["total_s"] = time.perf_counter() - t_start

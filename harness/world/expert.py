@@ -95,6 +95,10 @@ _MARK = re.compile(r" \[[^\]\s]*\]")
 _ROW = re.compile(r"^\| (.+?) \| (.+)$", re.M)
 
 
+#: ``ExpertConfig.query`` values: what the sub-agent's first search in a lookup asks.
+QUERIES = ("name", "task")
+
+
 @dataclass
 class ExpertConfig:
     """Error model of the scripted expert (all probabilities in [0, 1])."""
@@ -109,6 +113,10 @@ class ExpertConfig:
         {}, "Sub-agent blind spots: subtask phrase (e.g. ``joining year``) or kind (``natives``, ``filter``) -> "
         "decision -> probability.")
     max_visits: int = help_field(14, "The sub-agent gives up (answers ``Not found``) after this many ``visit`` calls.")
+    query: str = help_field("name", "The sub-agent's search in a lookup: ``name`` (the entity's name) or ``task`` (the "
+                            "task's whole sentence, which search answers with the entity's page first: a copy that "
+                            "starts at the task's first word, which a tiny model's induction heads can make, where "
+                            "the name's first token cannot be found by copying; docs/training.md)")
 
     def __post_init__(self) -> None:
         decisions = set(PLANNER_DECISIONS + SUB_DECISIONS)
@@ -130,6 +138,12 @@ class ExpertConfig:
                     check(f"{name}[{key!r}][{d!r}]", p)
         if self.max_visits < 1:
             raise ValueError(f"ExpertConfig.max_visits: expected >= 1, got {self.max_visits}")
+        if self.query not in QUERIES:
+            raise ValueError(f"ExpertConfig.query: expected one of {', '.join(QUERIES)}, got {self.query!r}")
+
+    def noise_free(self) -> "ExpertConfig":
+        """The same expert (its ``query`` and ``max_visits``) without any error: every rate 0."""
+        return ExpertConfig(noise=0.0, max_visits=self.max_visits, query=self.query)
 
     def rate(self, decision: str, key: str | None = None, table: str = "template_rates") -> float:
         """Probability of an error in ``decision`` for ``key`` (a template or phrase)."""
@@ -248,13 +262,15 @@ class ExpertSubAgent:
             return self._walk(task, steps, rng, n_visits)
         if task.kind == "filter":
             return self._filter(task, steps, rng)
-        return self._lookup(task, steps, rng, n_visits)
+        return self._lookup(task, steps, rng, n_visits, user)
 
     # --- encyclopedia lookups (and the natives list of a city page)
-    def _lookup(self, task: ParsedSubtask, steps: list, rng: random.Random, n_visits: int) -> str:
+    def _lookup(self, task: ParsedSubtask, steps: list, rng: random.Random, n_visits: int, text: str = "") -> str:
         goal = f"people born in {task.name}" if task.kind == "natives" else f"{task.phrase} of {task.name}"
         if not steps:
-            return format_tool_call("search", {"query": task.name})
+            # the task's own first line (never a "Context:" line after it), or the name
+            query = text.strip().split("\n", 1)[0].strip() if self.config.query == "task" else task.name
+            return format_tool_call("search", {"query": query})
         last_name, last_args, last_obs = steps[-1]
         if last_name == "visit":
             value = self._read(task, last_obs or "", rng)

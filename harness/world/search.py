@@ -9,7 +9,10 @@ Deliberate decisions: tokens are lower-cased alphanumeric runs (no stemming, no 
 names are invented, so stemming only adds collisions); a page whose title equals the query
 (case and spacing ignored) is ranked first, as real engines do for exact title matches -- BM25
 alone almost always agrees, the rule makes "exact title query -> that page first" a guarantee
-the tiny model can rely on (docs/models.md). Pages with score 0 are never returned.
+the tiny model can rely on (docs/models.md). More generally, pages whose whole title occurs in the
+query as a phrase come first, the longest title first (an exact match is the longest there can be),
+so that a query that is a whole task sentence ("Find the industry of Briozeath Systems.") finds the
+entity's page as its name alone would (docs/world.md, "Search"). Pages with score 0 are never returned.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class SearchIndex:
         self._docs = docs
         self._bm25 = retriever
         self._by_title = {" ".join(tokenize(d.title)): i for i, d in enumerate(docs)}
+        self._longest_title = max((len(tokenize(d.title)) for d in docs), default=0)
 
     @classmethod
     def build(cls, world: World) -> SearchIndex:
@@ -84,13 +88,23 @@ class SearchIndex:
         n = min(k, len(scores))
         top = np.argpartition(-scores, n - 1)[:n] if n < len(scores) else np.arange(len(scores))
         order = sorted((int(i) for i in top if scores[i] > 0), key=lambda i: (-float(scores[i]), i))
-        exact = self._by_title.get(" ".join(qtok))
-        if exact is not None:
-            order = [exact] + [i for i in order if i != exact]
+        named = self._titles_in(qtok)
+        if named:
+            order = named + [i for i in order if i not in named]
             order = order[:k]
         base = base_url.rstrip("/")
         qset = set(qtok)
         return [SearchHit(self._docs[i].title, base + self._docs[i].path, self._snippet(i, qset)) for i in order]
+
+    def _titles_in(self, qtok: list[str]) -> list[int]:
+        """Pages whose whole title is a run of the query's tokens, longest title first (then in page order)."""
+        found: dict[int, int] = {}
+        for n in range(min(len(qtok), self._longest_title), 0, -1):
+            for start in range(len(qtok) - n + 1):
+                i = self._by_title.get(" ".join(qtok[start:start + n]))
+                if i is not None and i not in found:
+                    found[i] = n
+        return sorted(found, key=lambda i: (-found[i], i))
 
     def _snippet(self, i: int, qset: set[str]) -> str:
         best, best_n = "", -1

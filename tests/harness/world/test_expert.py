@@ -169,6 +169,7 @@ def test_extract_fact_rows_and_prose():
     (dict(noise=1.5), "ExpertConfig.noise"), (dict(rates={"typo": 0.1}), "unknown decision 'typo'"),
     (dict(template_rates={"gaia.x": {"final": -0.1}}), "template_rates['gaia.x']['final']"),
     (dict(phrase_rates={"price": {"nope": 0.1}}), "phrase_rates['price']"), (dict(max_visits=0), "max_visits"),
+    (dict(query="title"), "ExpertConfig.query"),
 ])
 def test_invalid_expert_config(kwargs, needle):
     with pytest.raises(ValueError) as info:
@@ -214,3 +215,22 @@ def test_micro_worlds_are_fully_solvable(seed):
     tb = WorldToolbox(w)
     assert len(ts.all()) >= 20
     assert all(run_expert_episode(t, tb).correct for t in ts.all())
+
+
+def test_the_sub_agent_can_search_with_the_task_sentence(tasks, toolbox):
+    # ExpertConfig(query="task"): a lookup's first search is the task's own sentence (a copy that starts at its
+    # first word; docs/training.md), and search still finds the entity's page first: the expert solves every task
+    config = ExpertConfig(query="task")
+    queries = []
+    for t in tasks[::3]:
+        tr = run_expert_episode(t, toolbox, noise=0.0, seed=0, config=config)
+        assert tr.correct, (t["gold"]["template"], tr.answer, tr.gold_answer)
+        for call in tr.sub_calls:
+            user = next(m["content"] for m in call if m["role"] == "user")
+            first = next(m["content"] for m in call if m["role"] == "assistant")
+            turn = parse_turn(first, {"search", "visit"})
+            if isinstance(turn, ToolCall) and turn.name == "search":
+                queries.append((user, turn.arguments["query"]))
+    lookups = [(task, q) for task, q in queries if task.startswith(("Find the ", "List the people born in "))]
+    assert len(lookups) > 50 and all(q == task.split("\n")[0] for task, q in lookups), lookups[:3]
+    assert ExpertConfig(query="task", noise=0.3).noise_free() == ExpertConfig(query="task")

@@ -36,6 +36,23 @@ def test_exact_title_query_ranks_that_page_first(world, index):
     assert index.search("  " + e.name.upper() + " ", base_url=BASE)[0].url == f"{BASE}/wiki/{e.slug}.html"
 
 
+def test_a_task_sentence_finds_the_page_of_the_entity_it_names(world, index):
+    # a title that occurs in the query as a phrase comes first, the longest first: a whole task sentence (the
+    # tiny presets' sub-agent searches with it, docs/world.md "Search") finds the entity's page as its name does
+    for e in world.entities.values():
+        for sentence in (f"Find the country of {e.name}.", f"List the people born in {e.name}, with their birth years."):
+            hits = index.search(sentence, k=3, base_url=BASE)
+            assert hits[0].url == f"{BASE}/wiki/{e.slug}.html", (sentence, [h.title for h in hits])
+    # the longer of two titles in the query wins, whichever comes first in it
+    product = world.of_kind("product")[0]
+    support = f"{product.name} support"  # the product's support page on its maker's site
+    assert any(p.title == support for p in world.pages.values())
+    hits = index.search(f"{product.name} and {support}", k=3, base_url=BASE)
+    assert [h.title for h in hits[:2]] == [support, product.name]
+    # without a title in it, the query is ranked by BM25 alone
+    assert index._titles_in(tokenize("find the country of nowhere")) == []
+
+
 def test_entity_name_query_finds_its_encyclopedia_page_by_bm25_alone(world, index):
     # the exact-title rule is a guarantee; BM25 itself should already agree for entity names
     for e in world.entities.values():
