@@ -114,8 +114,8 @@ class WarmstartConfig:
                                       "breaks one turn has never seen what comes next and keeps breaking "
                                       "(docs/training.md, \"The tiny warm start\")")
     expert: dict[str, Any] = help_field({}, "more ExpertConfig fields for the demonstrations: rates, template_rates, "
-                                        "phrase_rates (systematic blind spots that RL can fix), query (the "
-                                        "sub-agent's first search: the name or the task's sentence)")
+                                        "phrase_rates (systematic blind spots that RL can fix), task_sentence (the "
+                                        "sub-agent's queries and visit goals: the task's own sentence)")
     agents: list[str] = help_field(list(AGENTS), "which agents to fine-tune")
     joint: bool = help_field(False, "one model fine-tuned on all the agents' transcripts together (each agent is "
                              "told apart by its own system prompt) and saved as every agent; the agents then "

@@ -95,10 +95,6 @@ _MARK = re.compile(r" \[[^\]\s]*\]")
 _ROW = re.compile(r"^\| (.+?) \| (.+)$", re.M)
 
 
-#: ``ExpertConfig.query`` values: what the sub-agent's first search in a lookup asks.
-QUERIES = ("name", "task")
-
-
 @dataclass
 class ExpertConfig:
     """Error model of the scripted expert (all probabilities in [0, 1])."""
@@ -113,10 +109,12 @@ class ExpertConfig:
         {}, "Sub-agent blind spots: subtask phrase (e.g. ``joining year``) or kind (``natives``, ``filter``) -> "
         "decision -> probability.")
     max_visits: int = help_field(14, "The sub-agent gives up (answers ``Not found``) after this many ``visit`` calls.")
-    query: str = help_field("name", "The sub-agent's search in a lookup: ``name`` (the entity's name) or ``task`` (the "
-                            "task's whole sentence, which search answers with the entity's page first: a copy that "
-                            "starts at the task's first word, which a tiny model's induction heads can make, where "
-                            "the name's first token cannot be found by copying; docs/training.md)")
+    task_sentence: bool = help_field(
+        False, "The sub-agent searches (in a lookup) and states every visit goal with the task's own sentence (search "
+        "answers it with the named entity's page first; the goal-guided visit matches its words) instead of the name "
+        "and a 'relation of name' phrase: each is then a copy that starts at the task's first word, which a tiny "
+        "model's induction heads can make, where the first token of a name or relation cannot be found by copying "
+        "(docs/training.md, \"Build b5\").")
 
     def __post_init__(self) -> None:
         decisions = set(PLANNER_DECISIONS + SUB_DECISIONS)
@@ -138,12 +136,12 @@ class ExpertConfig:
                     check(f"{name}[{key!r}][{d!r}]", p)
         if self.max_visits < 1:
             raise ValueError(f"ExpertConfig.max_visits: expected >= 1, got {self.max_visits}")
-        if self.query not in QUERIES:
-            raise ValueError(f"ExpertConfig.query: expected one of {', '.join(QUERIES)}, got {self.query!r}")
+        if not isinstance(self.task_sentence, bool):
+            raise ValueError(f"ExpertConfig.task_sentence: expected true or false, got {self.task_sentence!r}")
 
     def noise_free(self) -> "ExpertConfig":
-        """The same expert (its ``query`` and ``max_visits``) without any error: every rate 0."""
-        return ExpertConfig(noise=0.0, max_visits=self.max_visits, query=self.query)
+        """The same expert (its ``task_sentence`` and ``max_visits``) without any error: every rate 0."""
+        return ExpertConfig(noise=0.0, max_visits=self.max_visits, task_sentence=self.task_sentence)
 
     def rate(self, decision: str, key: str | None = None, table: str = "template_rates") -> float:
         """Probability of an error in ``decision`` for ``key`` (a template or phrase)."""
@@ -258,19 +256,21 @@ class ExpertSubAgent:
         if task is None:
             return format_answer("I cannot parse this task.")
         n_visits = sum(1 for s in steps if s[0] == "visit")
+        # the task's own first line (never a "Context:" line after it) as query and goal, or None
+        sentence = user.strip().split("\n", 1)[0].strip() if self.config.task_sentence else None
         if task.kind == "walk":
-            return self._walk(task, steps, rng, n_visits)
+            return self._walk(task, steps, rng, n_visits, sentence)
         if task.kind == "filter":
             return self._filter(task, steps, rng)
-        return self._lookup(task, steps, rng, n_visits, user)
+        return self._lookup(task, steps, rng, n_visits, sentence)
 
     # --- encyclopedia lookups (and the natives list of a city page)
-    def _lookup(self, task: ParsedSubtask, steps: list, rng: random.Random, n_visits: int, text: str = "") -> str:
-        goal = f"people born in {task.name}" if task.kind == "natives" else f"{task.phrase} of {task.name}"
+    def _lookup(self, task: ParsedSubtask, steps: list, rng: random.Random, n_visits: int,
+                sentence: str | None = None) -> str:
+        goal = sentence or (f"people born in {task.name}" if task.kind == "natives"
+                            else f"{task.phrase} of {task.name}")
         if not steps:
-            # the task's own first line (never a "Context:" line after it), or the name
-            query = text.strip().split("\n", 1)[0].strip() if self.config.query == "task" else task.name
-            return format_tool_call("search", {"query": query})
+            return format_tool_call("search", {"query": sentence or task.name})
         last_name, last_args, last_obs = steps[-1]
         if last_name == "visit":
             value = self._read(task, last_obs or "", rng)
@@ -308,8 +308,9 @@ class ExpertSubAgent:
         return extract_fact(obs, task.phrase, rng, p)
 
     # --- organisation-site walks
-    def _walk(self, task: ParsedSubtask, steps: list, rng: random.Random, n_visits: int) -> str:
-        goal = f"{task.phrase} of {task.name}"
+    def _walk(self, task: ParsedSubtask, steps: list, rng: random.Random, n_visits: int,
+              sentence: str | None = None) -> str:
+        goal = sentence or f"{task.phrase} of {task.name}"
         visit_root = format_tool_call("visit", {"url": task.root, "goal": goal})
         if task.phrase not in WALK_PLAN:
             return format_answer(NOT_FOUND)  # no rule for finding this on a site

@@ -169,7 +169,7 @@ def test_extract_fact_rows_and_prose():
     (dict(noise=1.5), "ExpertConfig.noise"), (dict(rates={"typo": 0.1}), "unknown decision 'typo'"),
     (dict(template_rates={"gaia.x": {"final": -0.1}}), "template_rates['gaia.x']['final']"),
     (dict(phrase_rates={"price": {"nope": 0.1}}), "phrase_rates['price']"), (dict(max_visits=0), "max_visits"),
-    (dict(query="title"), "ExpertConfig.query"),
+    (dict(task_sentence="yes"), "ExpertConfig.task_sentence"),
 ])
 def test_invalid_expert_config(kwargs, needle):
     with pytest.raises(ValueError) as info:
@@ -217,20 +217,24 @@ def test_micro_worlds_are_fully_solvable(seed):
     assert all(run_expert_episode(t, tb).correct for t in ts.all())
 
 
-def test_the_sub_agent_can_search_with_the_task_sentence(tasks, toolbox):
-    # ExpertConfig(query="task"): a lookup's first search is the task's own sentence (a copy that starts at its
-    # first word; docs/training.md), and search still finds the entity's page first: the expert solves every task
-    config = ExpertConfig(query="task")
-    queries = []
+def test_the_sub_agent_can_search_and_visit_with_the_task_sentence(tasks, toolbox):
+    # ExpertConfig(task_sentence=True): a lookup's first search and every visit goal are the task's own sentence (a
+    # copy that starts at its first word; docs/training.md), and search still finds the entity's page first: the
+    # expert solves every task
+    config = ExpertConfig(task_sentence=True)
+    queries, goals = [], []
     for t in tasks[::3]:
         tr = run_expert_episode(t, toolbox, noise=0.0, seed=0, config=config)
         assert tr.correct, (t["gold"]["template"], tr.answer, tr.gold_answer)
         for call in tr.sub_calls:
-            user = next(m["content"] for m in call if m["role"] == "user")
-            first = next(m["content"] for m in call if m["role"] == "assistant")
-            turn = parse_turn(first, {"search", "visit"})
-            if isinstance(turn, ToolCall) and turn.name == "search":
-                queries.append((user, turn.arguments["query"]))
+            user = next(m["content"] for m in call if m["role"] == "user").split("\n")[0]
+            for m in call:
+                turn = parse_turn(m["content"], {"search", "visit"}) if m["role"] == "assistant" else None
+                if isinstance(turn, ToolCall) and turn.name == "search" and m is call[2]:
+                    queries.append((user, turn.arguments["query"]))
+                if isinstance(turn, ToolCall) and turn.name == "visit" and not user.startswith("Which of"):
+                    goals.append((user, turn.arguments["goal"]))
     lookups = [(task, q) for task, q in queries if task.startswith(("Find the ", "List the people born in "))]
-    assert len(lookups) > 50 and all(q == task.split("\n")[0] for task, q in lookups), lookups[:3]
-    assert ExpertConfig(query="task", noise=0.3).noise_free() == ExpertConfig(query="task")
+    assert len(lookups) > 50 and all(q == task for task, q in lookups), lookups[:3]
+    assert len(goals) > 100 and all(g == task for task, g in goals), [x for x in goals if x[0] != x[1]][:3]
+    assert ExpertConfig(task_sentence=True, noise=0.3).noise_free() == ExpertConfig(task_sentence=True)
