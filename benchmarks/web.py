@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from harness.checkpoint_files import BUILD_TOOL_KEYS
 from harness.config import ConfigError, from_dict
 from harness.protocol import format_answer, format_tool_call
 from harness.tools.realweb import RealWebSearch, RealWebSearchConfig, RealWebSearchError
@@ -46,7 +47,7 @@ UNREACHABLE_VERDICT = "web_unreachable"
 #: Observation prefixes that mean the web (not the agent) failed: the search API, or a page that did not load.
 UNREACHABLE_PREFIXES = ("Error: search failed", "Error: could not load", "Error: timed out after")
 #: The run's tool settings a model keeps on the web (what it trained with); the rest is the web's.
-RUN_TOOL_KEYS = ("search_top_k", "search_snippets", "max_chars", "visit_focus", "timeout_s")
+RUN_TOOL_KEYS = (*BUILD_TOOL_KEYS, "timeout_s")
 
 
 class WebError(RuntimeError):
