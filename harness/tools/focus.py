@@ -14,8 +14,9 @@ Matching knows nothing of any world: lower-case words, minus a few stop words an
 title (the entity the page is about, named in the goal too); a goal word and a label word score 2 when equal
 and 1 when they share their first :data:`STEM` letters; a row's score is the sum over the goal's words of their
 best score against its label. The rows with the highest score (at least 1) move, in page order; nothing moves
-when no label matches. :data:`IRREGULAR` maps the few English words whose forms share no prefix (``born`` and
-``birth``).
+when no label matches. :data:`IRREGULAR` maps the few English words whose forms share no prefix with the label's
+word (``born`` and ``birth``; ``work`` and ``employer``; ``kind`` and ``category``), and :data:`IDIOMS` the word pairs that name one label
+together (``city`` + ``born`` = ``birthplace``), so that a question works as a goal as well as a phrase does.
 
 Deliberate deviations from the paper: no summary and no model; only rows move (prose, lists and links stay
 where they are, so the page keeps everything it had); the text is identical in every backend (the world
@@ -36,8 +37,14 @@ STOP_WORDS = frozenset({
 })
 """Words of a goal that say nothing about which row answers it."""
 
-IRREGULAR = {"born": "birth"}
-"""Word forms that share no prefix with their stem's other forms, mapped to one of them."""
+IRREGULAR = {"born": "birth", "work": "employer", "kind": "category"}
+"""Word forms that share no prefix with their stem's other forms (or with the row label they ask for), mapped to
+one of them ("Which organisation does X work for?" asks for the employer, "What kind of product is X?" for the
+category)."""
+
+IDIOMS = {frozenset({"city", "birth"}): "birthplace"}
+"""Goal words that ask for one label together, replaced by it ("In which city was X born?" asks for the
+birthplace, not the birth year)."""
 
 _WORD = re.compile(r"[a-z]+")
 
@@ -64,6 +71,9 @@ def row_scores(text: str, goal: str) -> list[int]:
     lines = text.split("\n")
     title = set(_words(lines[0][2:])) if lines and lines[0].startswith("# ") else set()
     keys = [w for w in _words(goal) if w not in title]
+    for pair, word in IDIOMS.items():
+        if pair <= set(keys):
+            keys = [k for k in keys if k not in pair] + [word]
     scores = []
     for line in lines:
         label = row_label(line)

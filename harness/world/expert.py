@@ -114,7 +114,14 @@ class ExpertConfig:
         "answers it with the named entity's page first; the goal-guided visit matches its words) instead of the name "
         "and a 'relation of name' phrase: each is then a copy that starts at the task's first word, which a tiny "
         "model's induction heads can make, where the first token of a name or relation cannot be found by copying "
-        "(docs/training.md, \"Build b5\").")
+        "(docs/training.md, \"Build b5\"). In a site walk the goal is the sentence from its word 'find' on (the "
+        "site's URL is already the visit's other argument).")
+    delegate_question: bool = help_field(
+        False, "The planner delegates a one-hop question (a task with one subtask, asked in a form the subtask "
+        "language parses back to that subtask) in the question's own words, a site's with its start line, instead "
+        "of rewording it as 'Find the <relation> of <name>.' or 'On the website <root>, find ...': its delegation is "
+        "then a copy of its own prompt, and reading the relation and the entity off the question is left to the "
+        "sub-agent (docs/training.md, \"Build b7\").")
 
     def __post_init__(self) -> None:
         decisions = set(PLANNER_DECISIONS + SUB_DECISIONS)
@@ -136,12 +143,15 @@ class ExpertConfig:
                     check(f"{name}[{key!r}][{d!r}]", p)
         if self.max_visits < 1:
             raise ValueError(f"ExpertConfig.max_visits: expected >= 1, got {self.max_visits}")
-        if not isinstance(self.task_sentence, bool):
-            raise ValueError(f"ExpertConfig.task_sentence: expected true or false, got {self.task_sentence!r}")
+        for name in ("task_sentence", "delegate_question"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ExpertConfig.{name}: expected true or false, got {getattr(self, name)!r}")
 
     def noise_free(self) -> "ExpertConfig":
-        """The same expert (its ``task_sentence`` and ``max_visits``) without any error: every rate 0."""
-        return ExpertConfig(noise=0.0, max_visits=self.max_visits, task_sentence=self.task_sentence)
+        """The same expert (its ``task_sentence``, ``delegate_question`` and ``max_visits``) without any error: every
+        rate 0."""
+        return ExpertConfig(noise=0.0, max_visits=self.max_visits, task_sentence=self.task_sentence,
+                            delegate_question=self.delegate_question)
 
     def rate(self, decision: str, key: str | None = None, table: str = "template_rates") -> float:
         """Probability of an error in ``decision`` for ``key`` (a template or phrase)."""
@@ -310,7 +320,10 @@ class ExpertSubAgent:
     # --- organisation-site walks
     def _walk(self, task: ParsedSubtask, steps: list, rng: random.Random, n_visits: int,
               sentence: str | None = None) -> str:
-        goal = sentence or f"{task.phrase} of {task.name}"
+        # the sentence without "On the website <root>, ": the URL is the call's other argument, and repeating it
+        # would double the call's length (docs/training.md, "Build b6")
+        goal = (sentence[sentence.find("find "):] if "find " in sentence else sentence) if sentence \
+            else f"{task.phrase} of {task.name}"
         visit_root = format_tool_call("visit", {"url": task.root, "goal": goal})
         if task.phrase not in WALK_PLAN:
             return format_answer(NOT_FOUND)  # no rule for finding this on a site
@@ -449,8 +462,18 @@ class ExpertPlanner:
                 text = text.replace(k, v)
             if sub["kind"] in ("lookup", "walk") and rng.random() < self._p("decompose"):
                 text = self._confuse(text, sub, rng)
+            elif self.config.delegate_question and len(subtasks) == 1:
+                text = self._as_question(prompt, text) or text
             return format_tool_call("delegate", {"task": text})
         return format_answer(self._final(results, rng))
+
+    @staticmethod
+    def _as_question(prompt: str, text: str) -> str | None:
+        """The task's question (with its start line, for a site) when it asks for exactly the subtask ``text``
+        (the sub-agent parses both the same), else None."""
+        question = prompt.strip().removeprefix("Question:").strip()
+        parsed = parse_subtask(question)
+        return question if parsed is not None and parsed == parse_subtask(text) else None
 
     @staticmethod
     def _confuse(text: str, sub: dict[str, Any], rng: random.Random) -> str:

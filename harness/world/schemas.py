@@ -27,9 +27,9 @@ WEBWALKER_FIELDS = ("question", "answer", "root_url", "info")
 WEBWALKER_INFO = ("domain", "lang", "source_website", "golden_path", "type", "difficulty_level")
 XBENCH_FIELDS = ("id", "prompt", "answer")
 ATTACHMENT_MARKER = "\nAttached file "
-#: What precedes a WebWalkerQA task's ``root_url`` in its prompt.
-START_MARKER = "\n\nStart from this website: "
 """How :func:`task_prompt` introduces an attachment's content (the expert planner looks for it)."""
+START_MARKER = "\n\nStart from this website: "
+"""What precedes a WebWalkerQA task's ``root_url`` in its prompt (the subtask language reads it back)."""
 
 
 def benchmark_of(task: dict[str, Any]) -> str:

@@ -5,8 +5,11 @@ subtasks in these phrasings; the scripted sub-agent (:mod:`harness.world.expert`
 *text* of a delegated subtask with :func:`parse_subtask` -- it never sees the gold -- and the
 page rows it must read are named by :data:`PHRASES`. Four kinds:
 
-* ``lookup``  -- ``Find the <phrase> of <name>.`` (encyclopedia page of <name>)
-* ``walk``    -- ``On the website <root>, find the <phrase> of <name>.`` (organisation site)
+* ``lookup``  -- ``Find the <phrase> of <name>.`` (encyclopedia page of <name>), or the one-hop question itself
+  (:data:`LOOKUP_QUESTION`, e.g. ``In which year was <name> born?``): a planner may delegate a question that one
+  page answers in the question's own words (docs/world.md, "The subtask language")
+* ``walk``    -- ``On the website <root>, find the <phrase> of <name>.`` (organisation site), or the site's one-hop
+  question with its start line (:data:`WALK_QUESTION`, then ``Start from this website: <root>``)
 * ``natives`` -- ``List the people born in <city>, with their birth years.``
 * ``filter``  -- ``Which of these people works for a <industry> company: A; B?`` or
   ``Which of these people is a <role>: A; B?``
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from harness.world.schemas import START_MARKER
 
 # phrase -> (row label / heading on the page, value type: int | text | list | count)
 PHRASES: dict[str, tuple[str, str]] = {
@@ -69,6 +74,45 @@ WALK_PHRASE: dict[str, str] = {
     "team_size": "number of team members", "product_count": "number of products",
 }
 
+# relation -> the one-hop question the GAIA-style tasks ask about it ({x}: the entity or a noun phrase)
+LOOKUP_QUESTION: dict[str, str] = {
+    "birth_year": "In which year was {x} born?", "birth_city": "In which city was {x} born?",
+    "employer": "Which organisation does {x} work for?", "role": "What is the occupation of {x}?",
+    "founded_year": "In which year was {x} founded?", "headquarters": "In which city does {x} have its headquarters?",
+    "ceo": "Who is the chief executive of {x}?", "employees": "How many employees does {x} have?",
+    "industry": "In which industry does {x} work?", "population": "What is the population of {x}?",
+    "country": "In which country is {x}?", "maker": "Which company makes {x}?",
+    "launch_year": "In which year was {x} launched?", "host_city": "In which city was {x} held?",
+    "year": "In which year was {x} held?", "organiser": "Which organisation organised {x}?",
+}
+# relation -> the one-hop question the WebWalkerQA-style tasks ask about it ({org}: the site's organisation; {x}: the
+# entity, when it is not the organisation)
+WALK_QUESTION: dict[str, str] = {
+    "founded_year": "According to its website, in which year was {org} founded?",
+    "headquarters": "According to its website, in which city does {org} have its headquarters?",
+    "industry": "According to its website, in which industry does {org} work?",
+    "ceo": "According to its website, who is the chief executive of {org}?",
+    "employees": "According to its website, how many employees does {org} have?",
+    "joined_year": "In which year did {x} join {org}, according to the company's website?",
+    "role": "What is the role of {x} at {org}, according to the company's website?",
+    "launch_year": "In which year did {org} launch the {x}, according to its website?",
+    "category": "What kind of product is the {x} of {org}, according to its website?",
+    "price": "What is the price of the {x} in US dollars, according to {org}'s website?",
+    "warranty": "How many years of warranty does {org} give on the {x}, according to its website?",
+    "attendance": "How many visitors did the {x} draw, according to {org}'s news pages?",
+}
+
+
+def _pattern(question: str) -> re.Pattern[str]:
+    rx = re.escape(question)
+    for field in ("x", "org"):
+        rx = rx.replace(re.escape("{" + field + "}"), f"(?P<{field}>.+)")
+    return re.compile("^" + rx + "$")
+
+
+_QUESTION = [(_pattern(q), LOOKUP_PHRASE[rel]) for rel, q in LOOKUP_QUESTION.items()]
+_SITE_QUESTION = [(_pattern(q), WALK_PHRASE[rel]) for rel, q in WALK_QUESTION.items()]
+_START = re.compile("^" + re.escape(START_MARKER.strip()) + r" (?P<root>\S+)$", re.M)
 _LOOKUP = re.compile(r"^Find the (?P<rest>.+)\.$")
 _WALK = re.compile(r"^On the website (?P<root>\S+), find the (?P<rest>.+)\.$")
 _BY_LENGTH = sorted(PHRASES, key=len, reverse=True)
@@ -101,6 +145,17 @@ def walk_text(relation: str, name: str, root_url: str) -> str:
     return f"On the website {root_url}, find the {WALK_PHRASE[relation]} of {name}."
 
 
+def question_text(relation: str, name: str) -> str:
+    """The one-hop question about ``relation`` of ``name`` (a lookup the sub-agent parses like ``Find the ...``)."""
+    return LOOKUP_QUESTION[relation].format(x=name)
+
+
+def site_question_text(relation: str, org: str, name: str, root_url: str) -> str:
+    """The one-hop site question about ``relation`` of ``name`` on ``org``'s site, with its start line (a walk the
+    sub-agent parses like ``On the website ...``)."""
+    return WALK_QUESTION[relation].format(org=org, x=name) + START_MARKER + root_url
+
+
 def natives_text(city: str) -> str:
     return f"List the people born in {city}, with their birth years."
 
@@ -125,7 +180,7 @@ class ParsedSubtask:
 
 
 def parse_subtask(text: str) -> ParsedSubtask | None:
-    """Parse a subtask's text (first line); None if it is in none of the four phrasings."""
+    """Parse a subtask's text (first line); None if it is in none of the four phrasings (or a one-hop question)."""
     line = text.strip().split("\n", 1)[0].strip()
     m = _WALK.match(line)
     if m and (pn := _split_phrase(m["rest"])):
@@ -141,4 +196,14 @@ def parse_subtask(text: str) -> ParsedSubtask | None:
     m = _LOOKUP.match(line)
     if m and (pn := _split_phrase(m["rest"])):
         return ParsedSubtask("lookup", pn[0], pn[1])
+    for rx, phrase in _QUESTION:
+        m = rx.match(line)
+        if m:
+            return ParsedSubtask("lookup", phrase, m["x"])
+    start = _START.search(text)
+    for rx, phrase in _SITE_QUESTION if start else ():
+        m = rx.match(line)
+        if m:
+            fields = m.groupdict()
+            return ParsedSubtask("walk", phrase, fields.get("x") or fields["org"], root=start["root"])
     return None

@@ -54,7 +54,7 @@ from harness.world.schemas import (  # re-exported: the schemas are part of this
     BENCHMARKS, GAIA_FIELDS, GAIA_META, WEBWALKER_FIELDS, WEBWALKER_INFO, XBENCH_FIELDS, benchmark_of, task_prompt,
 )
 from harness.world.subtasks import (
-    LOOKUP_PHRASE, WALK_PHRASE, article, filter_text, lookup_text, natives_text, walk_text,
+    LOOKUP_PHRASE, LOOKUP_QUESTION, WALK_PHRASE, WALK_QUESTION, article, filter_text, lookup_text, natives_text, walk_text,
 )
 from harness.world.search import SearchIndex
 from harness.world.toolbox import DEFAULT_BASE_URL, WorldToolbox
@@ -104,16 +104,7 @@ class TaskFileError(ValueError):
 
 
 # ----------------------------------------------------------------------------- phrasing
-_Q: dict[str, str] = {
-    "birth_year": "In which year was {x} born?", "birth_city": "In which city was {x} born?",
-    "employer": "Which organisation does {x} work for?", "role": "What is the occupation of {x}?",
-    "founded_year": "In which year was {x} founded?", "headquarters": "In which city does {x} have its headquarters?",
-    "ceo": "Who is the chief executive of {x}?", "employees": "How many employees does {x} have?",
-    "industry": "In which industry does {x} work?", "population": "What is the population of {x}?",
-    "country": "In which country is {x}?", "maker": "Which company makes {x}?",
-    "launch_year": "In which year was {x} launched?", "host_city": "In which city was {x} held?",
-    "year": "In which year was {x} held?", "organiser": "Which organisation organised {x}?",
-}
+_Q = LOOKUP_QUESTION  # the one-hop question of each relation (the subtask language parses it back)
 _NP: dict[str, str] = {
     "employer": "the organisation that employs {x}", "birth_city": "the city where {x} was born",
     "headquarters": "the city where {x} has its headquarters", "ceo": "the chief executive of {x}",
@@ -132,20 +123,7 @@ _CHAINS: dict[int, tuple[tuple[str, ...], ...]] = {
     3: (("product", "maker", "ceo", "birth_city"), ("event", "organiser", "headquarters", "country"),
         ("person", "employer", "ceo", "birth_year"), ("event", "organiser", "ceo", "birth_city")),
 }
-_WW_Q: dict[str, str] = {
-    "founded_year": "According to its website, in which year was {org} founded?",
-    "headquarters": "According to its website, in which city does {org} have its headquarters?",
-    "industry": "According to its website, in which industry does {org} work?",
-    "ceo": "According to its website, who is the chief executive of {org}?",
-    "employees": "According to its website, how many employees does {org} have?",
-    "joined_year": "In which year did {x} join {org}, according to the company's website?",
-    "role": "What is the role of {x} at {org}, according to the company's website?",
-    "launch_year": "In which year did {org} launch the {x}, according to its website?",
-    "category": "What kind of product is the {x} of {org}, according to its website?",
-    "price": "What is the price of the {x} in US dollars, according to {org}'s website?",
-    "warranty": "How many years of warranty does {org} give on the {x}, according to its website?",
-    "attendance": "How many visitors did the {x} draw, according to {org}'s news pages?",
-}
+_WW_Q = WALK_QUESTION  # the one-hop site question of each relation (the subtask language parses it back)
 
 
 def _cap(s: str) -> str:

@@ -57,6 +57,38 @@ def test_birth_year_and_birthplace_are_told_apart() -> None:
     assert first_line(PERSON, "birthplace of Breame Bifeagle").startswith("| Birthplace | Theabe")
 
 
+def test_a_question_works_as_a_goal() -> None:
+    # the one-hop questions a planner may delegate in their own words (harness.world.subtasks.LOOKUP_QUESTION):
+    # "work for" asks for the employer (IRREGULAR), "city" + "born" for the birthplace, not the birth year (IDIOMS)
+    assert first_line(PERSON, "In which year was Breame Bifeagle born?") == "| Born | 1955"
+    assert first_line(PERSON, "In which city was Breame Bifeagle born?").startswith("| Birthplace | Theabe")
+    assert first_line(PERSON, "Which organisation does Breame Bifeagle work for?").startswith("| Employer | ")
+    assert first_line(PERSON, "What is the occupation of Breame Bifeagle?") == "| Occupation | legal counsel"
+    assert first_line(CITY, "In which country is Patal?") == "| Country | Kebraizeia"
+    assert first_line(CITY, "What is the population of Patal?") == "| Population | 248,800"
+
+
+def test_every_one_hop_question_finds_its_row_in_a_world() -> None:
+    # every relation's question, about every entity that has it, on the entity's page in the world toolbox
+    from harness.world.generator import generate_world
+    from harness.world.render import wiki_path
+    from harness.world.subtasks import LOOKUP_PHRASE, LOOKUP_QUESTION, PHRASES, question_text
+    from harness.world.toolbox import WorldToolbox
+
+    world = generate_world(seed=5, size="tiny")
+    toolbox = WorldToolbox(world, k=3, snippets=False, focus=True)
+    seen = Counter()
+    for ent in world.entities.values():
+        for rel in LOOKUP_QUESTION:
+            if rel not in ent.attrs:
+                continue
+            question = question_text(rel, ent.name)
+            page = toolbox.call("visit", {"url": toolbox.base_url + wiki_path(ent), "goal": question}).split("\n")
+            assert page[1].startswith(f"| {PHRASES[LOOKUP_PHRASE[rel]][0]} |"), (question, page[:3])
+            seen[rel] += 1
+    assert set(seen) == set(LOOKUP_QUESTION), set(LOOKUP_QUESTION) - set(seen)
+
+
 def test_the_rest_of_the_page_keeps_its_order() -> None:
     out = focus_rows(CITY, "founding year of Patal").split("\n")
     rest = [line for line in CITY.split("\n")[1:] if line != "| Founded | 817"]

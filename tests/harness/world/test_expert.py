@@ -13,6 +13,7 @@ from harness.world.expert import (
 )
 from harness.world.generator import WorldConfig, generate_world
 from harness.world.judge import expert_judge
+from harness.world.subtasks import parse_subtask
 from harness.world.tasks import BENCHMARKS, TaskConfig, generate_tasks
 from harness.world.toolbox import WorldToolbox
 
@@ -219,8 +220,8 @@ def test_micro_worlds_are_fully_solvable(seed):
 
 def test_the_sub_agent_can_search_and_visit_with_the_task_sentence(tasks, toolbox):
     # ExpertConfig(task_sentence=True): a lookup's first search and every visit goal are the task's own sentence (a
-    # copy that starts at its first word; docs/training.md), and search still finds the entity's page first: the
-    # expert solves every task
+    # copy that starts at its first word; docs/training.md), in a site walk the sentence from "find" on (its URL is
+    # the call's other argument), and search still finds the entity's page first: the expert solves every task
     config = ExpertConfig(task_sentence=True)
     queries, goals = [], []
     for t in tasks[::3]:
@@ -236,5 +237,42 @@ def test_the_sub_agent_can_search_and_visit_with_the_task_sentence(tasks, toolbo
                     goals.append((user, turn.arguments["goal"]))
     lookups = [(task, q) for task, q in queries if task.startswith(("Find the ", "List the people born in "))]
     assert len(lookups) > 50 and all(q == task for task, q in lookups), lookups[:3]
-    assert len(goals) > 100 and all(g == task for task, g in goals), [x for x in goals if x[0] != x[1]][:3]
+    want = {task: task[task.index("find "):] if task.startswith("On the website ") else task for task, _ in goals}
+    assert len(goals) > 100 and all(g == want[task] for task, g in goals), [x for x in goals if want[x[0]] != x[1]][:3]
+    walks = [g for task, g in goals if task.startswith("On the website ")]
+    assert len(walks) > 20 and all(g.startswith("find the ") and "http" not in g for g in walks), walks[:3]
     assert ExpertConfig(task_sentence=True, noise=0.3).noise_free() == ExpertConfig(task_sentence=True)
+
+
+def test_the_planner_can_delegate_a_one_hop_question_in_its_own_words(tasks, toolbox):
+    # ExpertConfig(delegate_question=True): a task whose only subtask is the lookup or site walk its question asks
+    # for is delegated as its own prompt (the question, a site's with its start line), which the subtask language
+    # parses back to the same subtask; every other task as before; the noise-free expert still solves every task;
+    # the sub-agent's search and visit goals are the question (a copy of its first line)
+    config = ExpertConfig(task_sentence=True, delegate_question=True)
+    asked = collections.Counter()
+    for t in tasks[::2]:
+        tr = run_expert_episode(t, toolbox, noise=0.0, seed=0, config=config)
+        assert tr.correct, (t["gold"]["template"], tr.answer, tr.gold_answer)
+        first = parse_turn(tr.planner[2]["content"], {"delegate"}).arguments["task"]
+        subs = t["gold"]["subtasks"]
+        before = run_expert_episode(t, toolbox, noise=0.0, seed=0, config=ExpertConfig(task_sentence=True))
+        old = parse_turn(before.planner[2]["content"], {"delegate"}).arguments["task"]
+        if first != old:
+            asked[subs[0]["kind"]] += 1
+            assert len(subs) == 1 and tr.planner[1]["content"].removeprefix("Question:").strip() == first, first
+            assert parse_subtask(first) == parse_subtask(old) is not None
+            question = first.split("\n")[0]
+            turns = [parse_turn(m["content"], {"search", "visit"}) for m in tr.sub_calls[0] if m["role"] == "assistant"]
+            goals = [x.arguments["goal"] for x in turns if isinstance(x, ToolCall) and x.name == "visit"]
+            assert goals and all(g == question for g in goals), (question, goals)
+            if subs[0]["kind"] == "lookup":
+                assert turns[0].arguments["query"] == question
+        else:
+            asked["as before"] += 1
+            assert tr.planner == before.planner
+            assert len(subs) > 1 or t["gold"]["template"] == "gaia.list.products", t["gold"]["template"]
+    assert min(asked["lookup"], asked["walk"], asked["as before"]) > 10, asked
+    assert config.noise_free() == config
+    with pytest.raises(ValueError, match="delegate_question"):
+        ExpertConfig(delegate_question="yes")
