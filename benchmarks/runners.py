@@ -260,8 +260,9 @@ def model_target(model_dir: Path, trainer: str, *, runs_dir: Path, world_seed: i
              "search_snippets": bool(built.get("search_snippets", True))}
     if built.get("max_chars") is not None:
         tools["max_chars"] = _int_or(built["max_chars"], 6000)
-    if built.get("visit_focus"):
-        tools["visit_focus"] = True
+    for key in ("visit_focus", "visit_links"):  # goal-guided visits: only in the builds that trained with them
+        if built.get(key):
+            tools[key] = True
     config = {
         "world": {"seed": seed, "size": size, "address": DEFAULT_BASE_URL},  # the demonstrations' address
         "tools": tools,

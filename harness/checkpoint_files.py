@@ -97,7 +97,7 @@ def warm_start_model_dir(root: Path, agent: str) -> Path:
 
 
 #: The tool settings of a warm-start build (the ``tools`` fields of the same name): its agents' observations.
-BUILD_TOOL_KEYS = ("search_top_k", "search_snippets", "max_chars", "visit_focus")
+BUILD_TOOL_KEYS = ("search_top_k", "search_snippets", "max_chars", "visit_focus", "visit_links")
 #: The settings of a warm-start build that its agents' observations depend on (``build_settings``).
 BUILD_KEYS = ("world_seed", "world_size", *BUILD_TOOL_KEYS, "eval_max_new_tokens")
 

@@ -106,6 +106,9 @@ class WarmstartConfig:
     visit_focus: bool = help_field(False, "goal-guided visit in the demonstrations and the check: the table rows that "
                                    "match the visit's goal first (use the same value as the training preset's "
                                    "tools.visit_focus; docs/tools.md)")
+    visit_links: bool = help_field(False, "with visit_focus, a page on which no row matches the goal gets its menu and "
+                                   "list links ordered by the goal (use the same value as the training preset's "
+                                   "tools.visit_links; docs/tools.md)")
     noise: float = help_field(0.05, "scripted-expert noise rate in the demonstrations")
     recovery_rate: float = help_field(0.0, "share of the agents' demonstrated turns preceded by a broken copy of "
                                       "themselves (cut short, its end repeated: what a drifting model writes) and the "
@@ -179,6 +182,8 @@ class WarmstartConfig:
             raise ConfigError(f"benchmarks={self.benchmarks}: choose one or more of {', '.join(BENCHMARKS)}")
         if self.search_top_k < 1:
             raise ConfigError(f"search_top_k={self.search_top_k} must be >= 1")
+        if self.visit_links and not self.visit_focus:
+            raise ConfigError("visit_links orders links where no row matches the goal: set visit_focus: true too")
         if not 0.0 <= self.recovery_rate < 1.0:
             raise ConfigError(f"recovery_rate={self.recovery_rate} must be in [0, 1)")
         if self.copy_steps < 0 or self.copy_pieces < 2 or self.copy_batch_size < 1 or self.copy_full_steps < 0:
@@ -356,7 +361,7 @@ _LETTER_RUN = re.compile(r"[^\W\d_]+")  # the same letter runs as harness.models
 def _toolbox(world: Any, cfg: WarmstartConfig) -> WorldToolbox:
     """The in-process tools of the demonstrations and the check, set as the training preset's are."""
     return WorldToolbox(world, k=cfg.search_top_k, max_chars=cfg.max_chars, snippets=cfg.search_snippets,
-                        focus=cfg.visit_focus)
+                        focus=cfg.visit_focus, links=cfg.visit_links)
 
 
 def _selected(taskset: Any, split: str, cfg: WarmstartConfig) -> list[dict[str, Any]]:

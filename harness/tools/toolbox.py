@@ -52,6 +52,11 @@ class ToolsConfig:
         False, help="goal-guided visit: the page's table rows that match the visit's goal come first (a "
                     "deterministic stand-in for the paper's goal-guided summary; docs/tools.md; use the warm start's "
                     "own setting)")
+    visit_links: bool = help_field(
+        False, help="with visit_focus, a page on which no row matches the goal gets the links of each menu line and "
+                    "list that match it (by their text, or by the linked page's row labels and listed links, read once "
+                    "more) first: a stand-in for a summariser that knows where a site keeps what (docs/tools.md; "
+                    "use the warm start's own setting)")
     max_html_chars: int = help_field(
         1_000_000, help="page-size cap: HTML characters (direct: bytes) read before conversion to text")
     timeout_s: float = help_field(10.0, help="seconds one visit may take, waiting for a browser slot included")
@@ -85,6 +90,9 @@ class ToolsConfig:
             raise ConfigError("tools.max_chars must be at least 100 (the page text budget)")
         if self.max_html_chars < self.max_chars:
             raise ConfigError("tools.max_html_chars must be at least tools.max_chars")
+        if self.visit_links and not self.visit_focus:
+            raise ConfigError("tools.visit_links orders links where no row matches the goal: set tools.visit_focus: "
+                              "true too")
         if self.timeout_s <= 0:
             raise ConfigError("tools.timeout_s must be positive")
         if self.max_concurrency < 1:
@@ -248,5 +256,6 @@ def build_toolbox(
             )
     search = SearchTool(backend, top_k=config.search_top_k, snippets=config.search_snippets)
     visit = VisitTool(visit_backend, allowlist, max_chars=config.max_chars, timeout_s=config.timeout_s,
-                      extract=get_extractor(config.extractor), focus=config.visit_focus)
+                      extract=get_extractor(config.extractor), focus=config.visit_focus,
+                      links=config.visit_links)
     return WebToolbox(search, visit, owned=owned)

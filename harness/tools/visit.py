@@ -26,7 +26,10 @@ Deliberate deviations from the paper:
   is the page's main text itself (no extra model in the loop), truncated to a character budget (a
   stand-in for the token budget). ``goal`` is not used unless ``focus`` is set (``tools.visit_focus``,
   the tiny presets): then the table rows that match it come first, before the cut
-  (:func:`harness.tools.focus.focus_rows`, a deterministic stand-in for the goal-guided summary).
+  (:func:`harness.tools.focus.focus_rows`, a deterministic stand-in for the goal-guided summary), and with
+  ``links`` too (``tools.visit_links``) a page on which no row matches gets its menu and list links ordered by
+  the goal, each linked page peeked at once through the same backend and allowlist
+  (:func:`harness.tools.focus.focus_links`).
 * ``text/plain`` pages are allowed and rendered as Chromium does (one ``<pre>`` block); any other
   non-HTML type (PDF, images, archives) is refused with an error observation.
 * The direct backend decodes with the charset of the ``Content-Type`` header, else a
@@ -53,7 +56,7 @@ from urllib.parse import urljoin, urlsplit
 
 from harness.protocol import render_error
 from harness.tools.allowlist import Allowlist
-from harness.tools.focus import focus_rows
+from harness.tools.focus import focus_page
 from harness.tools.html_text import html_to_text
 
 TRUNCATION_MARKER = "[truncated]"
@@ -299,7 +302,10 @@ class VisitTool:
     """``visit(url, goal)``: the agent-facing tool. Never raises; thread-safe if the backend is."""
 
     def __init__(self, backend: VisitBackend, allowlist: Allowlist, max_chars: int = 6000, timeout_s: float = 10.0,
-                 extract: Callable[[str, str, int], str] | None = None, focus: bool = False) -> None:
+                 extract: Callable[[str, str, int], str] | None = None, focus: bool = False,
+                 links: bool = False) -> None:
+        if links and not focus:
+            raise ValueError("VisitTool: links=True orders links by the goal when no row matches it; set focus=True")
         self.backend = backend
         self.allowlist = allowlist
         self.max_chars = max_chars
@@ -308,10 +314,12 @@ class VisitTool:
         self.extract = extract or page_text
         # the goal's rows first (tools.visit_focus): the whole page is converted, reordered, then cut
         self.focus = focus
+        # ... or, where no row matches, its links, peeking at each linked page (tools.visit_links)
+        self.links = links
 
     def __repr__(self) -> str:
         return (f"VisitTool(backend={self.backend!r}, max_chars={self.max_chars}, timeout_s={self.timeout_s}"
-                f"{', focus' if self.focus else ''})")
+                f"{', focus' if self.focus else ''}{', links' if self.links else ''})")
 
     def page_text(self, url: str, goal: str = "") -> str:
         """The page text (truncated; with ``focus``, the rows matching ``goal`` first), raising
@@ -323,12 +331,23 @@ class VisitTool:
         result = self.backend.fetch(url, self.timeout_s)
         if self.focus and goal.strip():  # a row past the budget can still come first: reorder, then cut
             text = self.extract(result.html, result.final_url, sys.maxsize)
-            text = truncate_text(focus_rows(text, goal), self.max_chars)
+            text = truncate_text(focus_page(text, goal, self.links, self._peek), self.max_chars)
         else:
             text = self.extract(result.html, result.final_url, self.max_chars)
         if not text:
             return f"(the page at {result.final_url} has no text)"
         return text
+
+    def _peek(self, url: str) -> str | None:
+        """A linked page's whole text for the link order of ``links`` (None when the allowlist refuses it or it
+        cannot be read: the link then counts by its own text)."""
+        if self.allowlist.check(url) is not None:
+            return None
+        try:
+            result = self.backend.fetch(url, self.timeout_s)
+            return self.extract(result.html, result.final_url, sys.maxsize)
+        except Exception:  # noqa: BLE001 - a page that cannot be peeked at only loses its look-ahead score
+            return None
 
     def __call__(self, url: str, goal: str = "") -> str:
         try:

@@ -522,7 +522,8 @@ def tiny_ship(tmp_path: Path) -> Path:
         tokenizer.save_pretrained(build / agent)
     summary = {"config": {"agents": ["planner", "sub_agent", "single_agent"], "joint": True, "world_seed": 0,
                           "world_size": "tiny", "search_top_k": 2, "search_snippets": False, "max_chars": 800,
-                          "visit_focus": True, "eval_max_new_tokens": 8, "demo_worlds": 0, "seed": 0},
+                          "visit_focus": True, "visit_links": True, "eval_max_new_tokens": 8, "demo_worlds": 0,
+                          "seed": 0},
                "stages": {"total_s": 1.0}, "agents": {"joint": {}}, "n_demo_tasks": 0, "n_demo_worlds": 0}
     ship = tmp_path / "ship"
     ship_checkpoint(build, ship, summary, ["--preset", "tiny"])
@@ -547,9 +548,9 @@ def test_suite_evaluates_a_model_folder_without_a_run(tmp_path):
     assert f"planner: the model folder's weights (--model): {joint}" in proc.stdout
     prov = json.loads((run / "provenance.json").read_text())
     # the observations the build trained on: its hits per search, title lines without snippets, its page budget,
-    # the goal-guided visit
+    # the goal-guided visit and its link order
     assert prov["arm"] == "checkpoint:ship" and prov["config"]["tools"] == {
-        "search_top_k": 2, "search_snippets": False, "max_chars": 800, "visit_focus": True}
+        "search_top_k": 2, "search_snippets": False, "max_chars": 800, "visit_focus": True, "visit_links": True}
     assert json.loads((run / "status.json").read_text())["state"] == "completed"
     # a benchmark the model runner cannot answer: one NOT_RUN item, and the folder is not marked completed
     proc = run_suite("--model", str(ship), "--runs-dir", str(runs), "--world-seed", "8", "--bench", "webwalkerqa")

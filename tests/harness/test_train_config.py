@@ -48,6 +48,7 @@ def test_warmstart_presets_load_and_match_their_training_world(path):
     assert ws.search_snippets == train.tools.search_snippets
     # ... and pages are ordered for the visit's goal as they were (docs/tools.md, "The goal-guided visit")
     assert ws.visit_focus == train.tools.visit_focus
+    assert ws.visit_links == train.tools.visit_links
     # ... and a turn may be as long as the build's check let it be (the longest demonstrated turn fits)
     assert ws.eval_max_new_tokens == train.rollout.max_new_tokens
 

@@ -379,6 +379,8 @@ def test_bad_loss_tokens_is_a_clear_error():
 
     with pytest.raises(ConfigError, match="loss_tokens='everything': choose model or all"):
         load_config(WarmstartConfig, None, ["loss_tokens=everything"])
+    with pytest.raises(ConfigError, match="visit_links orders links .*set visit_focus: true too"):
+        load_config(WarmstartConfig, None, ["visit_links=true"])
 
 
 class _Copier:

@@ -8,7 +8,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.tools.focus import focus_rows, row_label, row_scores
+from harness.tools.focus import focus_links, focus_page, focus_rows, page_score, row_label, row_scores
 
 PERSON = "\n".join([
     "# Breame Bifeagle",
@@ -87,6 +87,77 @@ def test_every_one_hop_question_finds_its_row_in_a_world() -> None:
             assert page[1].startswith(f"| {PHRASES[LOOKUP_PHRASE[rel]][0]} |"), (question, page[:3])
             seen[rel] += 1
     assert set(seen) == set(LOOKUP_QUESTION), set(LOOKUP_QUESTION) - set(seen)
+
+
+SITE = "http://world.local/site/steshur-labs"
+HOME = "\n".join([
+    "# Steshur Labs home",
+    "Steshur Labs",
+    f"About [{SITE}/about.html] | Team [{SITE}/team.html] | Products [{SITE}/products.html] | News [{SITE}/news.html]",
+    "Welcome to the official website of Steshur Labs.",
+])
+LINKED = {
+    f"{SITE}/about.html": "# About Steshur Labs\n| Founded | 1983\n| Chief executive | Driofior Viza [x]",
+    f"{SITE}/team.html": "# Team of Steshur Labs\nOur team\n- Driofior Viza [t1]\n- Lashus Kruglo [t2]",
+    f"{SITE}/products.html": "# Products of Steshur Labs\nProducts\n- Breagle Lite [p1]\n- Pashas Air [p2]",
+    f"{SITE}/news.html": "# News of Steshur Labs\nNews\n- Steshur Labs launches Breagle Lite [n1] (2023)",
+}
+
+
+def menu(text: str) -> list[str]:
+    return [item.split(" [")[0] for item in text.split("\n")[2].split(" | ")]
+
+
+def test_the_menu_link_that_leads_to_the_goal_comes_first() -> None:
+    peek = LINKED.get
+    # the products page lists the product, and so does a news item ("launches Breagle Lite": the same exact words,
+    # its stem "launch" does not count in a look-ahead); ties keep the menu's order, so Products leads
+    assert menu(focus_links(HOME, "What is the price of the Breagle Lite in US dollars?", peek)) == \
+        ["Products", "News", "About", "Team"]
+    # the team lists the person; the about page names them only inside a row
+    assert menu(focus_links(HOME, "What is the role of Lashus Kruglo at Steshur Labs?", peek)) == \
+        ["Team", "About", "Products", "News"]
+    assert menu(focus_links(HOME, "What is the role of Driofior Viza at Steshur Labs?", peek))[0] == "Team"
+    # a row of the linked page: the about page has "Founded"
+    assert menu(focus_links(HOME, "According to its website, in which year was Steshur Labs founded?", peek))[0] == \
+        "About"
+    # the link's own text is enough without a look-ahead
+    assert menu(focus_links(HOME, "How many visitors did the fair draw, according to its news pages?"))[0] == "News"
+    # nothing matches: unchanged, and no goal: unchanged
+    assert focus_links(HOME, "What is the colour of the sky?", peek) == HOME
+    assert focus_links(HOME, "", peek) == HOME
+
+
+def test_the_listed_link_the_goal_names_comes_first_in_its_list() -> None:
+    page = LINKED[f"{SITE}/products.html"]
+    out = focus_links(page, "What kind of product is the Pashas Air of Steshur Labs?")
+    assert out.split("\n") == ["# Products of Steshur Labs", "Products", "- Pashas Air [p2]", "- Breagle Lite [p1]"]
+    # page_score: exact words of row labels and listed links only
+    keys = ["breagle", "lite", "price"]
+    assert page_score(LINKED[f"{SITE}/products.html"], keys) == 4
+    assert page_score(LINKED[f"{SITE}/news.html"], keys) == 4
+    assert page_score("# X\n| Price | 3\nA prose line about Breagle Lite [u].", keys) == 2
+
+
+def test_links_move_only_where_no_row_matches() -> None:
+    peek = LINKED.get
+    # a page with the asked-for row: the rows move, the links stay
+    about = LINKED[f"{SITE}/about.html"]
+    assert focus_page(about, "In which year was Steshur Labs founded?", links=True, peek=peek) == \
+        focus_rows(about, "In which year was Steshur Labs founded?")
+    assert focus_page(HOME, "What is the price of the Breagle Lite?", links=False, peek=peek) == HOME
+    assert menu(focus_page(HOME, "What is the price of the Breagle Lite?", links=True, peek=peek))[0] == "Products"
+
+
+@given(st.permutations(["- Ann Lee [a]", "- Bo Day [b]", "- Cy Fox [c]", "- Di Ray [d]"]),
+       st.sampled_from(["Ann", "Bo Day", "Fox", "nobody", "Ray Cy"]))
+@settings(max_examples=60, deadline=None)
+def test_link_order_properties(items: list[str], goal: str) -> None:
+    page = "\n".join(["# Team of Org", "Our team", *items, "Home [h]"])
+    out = focus_links(page, goal)
+    assert sorted(out.split("\n")) == sorted(page.split("\n"))  # a permutation of the lines
+    assert out.split("\n")[:2] == page.split("\n")[:2] and out.endswith("Home [h]")  # only the list moves
+    assert focus_links(out, goal) == out  # idempotent
 
 
 def test_the_rest_of_the_page_keeps_its_order() -> None:

@@ -122,6 +122,9 @@ def test_config_from_yaml_mapping_and_validation() -> None:
         from_dict(ToolsConfig, {"max_chars": 10})
     with pytest.raises(ConfigError, match="allow_all_hosts is for the real web"):
         from_dict(ToolsConfig, {"allow_all_hosts": True})
+    with pytest.raises(ConfigError, match="set tools.visit_focus: true too"):
+        from_dict(ToolsConfig, {"visit_links": True})
+    assert from_dict(ToolsConfig, {"visit_links": True, "visit_focus": True}).visit_links
     with pytest.raises(ConfigError, match="give host\\[:port\\], not a URL"):
         from_dict(ToolsConfig, {"allowed_hosts": ["http://docs.example/"]})
     with pytest.raises(ConfigError, match="allowlist is empty"):

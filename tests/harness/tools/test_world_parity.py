@@ -98,6 +98,46 @@ def test_focused_visit_is_the_same_in_the_world_toolbox_and_the_direct_backend(w
     assert moved > 50, moved
 
 
+def site_questions(world) -> list[tuple[str, str]]:
+    """(site page path, goal) pairs: every organisation's home and list pages, asked about one of its people,
+    products and events in the words of the WebWalkerQA-style questions (what the tiny presets' goals are)."""
+    from harness.world.render import site_prefix
+    from harness.world.subtasks import WALK_QUESTION
+
+    out = []
+    for org in world.of_kind("org"):
+        people = sorted(p.name for p in world.of_kind("person") if p.attrs["employer"] == org.id)
+        events = sorted(e.name for e in world.of_kind("event") if e.attrs["organiser"] == org.id)
+        product = world.entities[org.attrs["products"][0]].name
+        goals = [WALK_QUESTION["price"].format(org=org.name, x=product),
+                 WALK_QUESTION["founded_year"].format(org=org.name)]
+        goals += [WALK_QUESTION["role"].format(org=org.name, x=people[0])] if people else []
+        goals += [WALK_QUESTION["attendance"].format(org=org.name, x=events[0])] if events else []
+        for page in ("index", "team", "products", "news"):
+            out += [(f"{site_prefix(org)}/{page}.html", goal) for goal in goals]
+    return out
+
+
+def test_link_order_is_the_same_in_the_world_toolbox_and_the_direct_backend(world, served, allowlist) -> None:
+    """tools.visit_links: where no row matches, the menu's and lists' links that lead to the goal come first; the
+    linked pages are peeked at through each backend's own fetch, and the texts agree; links do move."""
+    tool = VisitTool(DirectBackend(allowlist), allowlist, max_chars=6000, timeout_s=TIMEOUT, focus=True, links=True)
+    rows_only = VisitTool(DirectBackend(allowlist), allowlist, max_chars=6000, timeout_s=TIMEOUT, focus=True)
+    box = WorldToolbox(world, base_url=served.base_url, focus=True, links=True)
+    moved, pairs = 0, site_questions(world)
+    for path, goal in pairs:
+        url = served.base_url + path
+        text = tool(url, goal)
+        assert not text.startswith("Error"), (path, text)
+        assert text == box.call("visit", {"url": url, "goal": goal}), (path, goal)
+        moved += text != rows_only(url, goal)
+        # only the order of lines and of menu items changes: the page keeps every line and link
+        assert sorted(re.findall(r"\[(\S+?)\]", text)) == sorted(re.findall(r"\[(\S+?)\]", rows_only(url, goal)))
+    assert len(pairs) > 40 and moved > 15, (moved, len(pairs))  # 22 of 96 on world 0
+    with pytest.raises(ValueError, match="focus=True"):
+        VisitTool(DirectBackend(allowlist), allowlist, links=True)
+
+
 @pytest.mark.browser
 @pytest.mark.xdist_group("chromium")
 def test_playwright_and_direct_agree_on_every_page_type(world, served, allowlist: Allowlist) -> None:
@@ -125,6 +165,13 @@ def test_playwright_and_direct_agree_on_every_page_type(world, served, allowlist
             url = served.base_url + path
             for goal in GOALS[:4]:
                 assert focus_b(url, goal) == focus_d(url, goal), (path, goal)
+        # ... and the link order, peeking through Chromium
+        links_b = VisitTool(pool, allowlist, max_chars=MAX_CHARS, timeout_s=TIMEOUT, focus=True, links=True)
+        links_d = VisitTool(DirectBackend(allowlist), allowlist, max_chars=MAX_CHARS, timeout_s=TIMEOUT, focus=True,
+                            links=True)
+        for path, goal in site_questions(world)[:8]:
+            url = served.base_url + path
+            assert links_b(url, goal) == links_d(url, goal), (path, goal)
 
 
 @pytest.mark.browser

@@ -276,3 +276,36 @@ def test_the_planner_can_delegate_a_one_hop_question_in_its_own_words(tasks, too
     assert config.noise_free() == config
     with pytest.raises(ValueError, match="delegate_question"):
         ExpertConfig(delegate_question="yes")
+
+
+def test_with_the_link_order_every_walk_link_the_expert_follows_comes_first(world, tasks):
+    # tools.visit_links (docs/tools.md): on every site page where the expert picks a menu item or a listed link,
+    # the goal-guided visit puts that link first in its menu line or list (on a small world, question and phrase
+    # goals alike), so a sub-agent that follows the first link walks as the expert does; the expert solves every
+    # task through these observations
+    from harness.tools.focus import _list_link, _menu_items
+
+    box = WorldToolbox(world, k=3, snippets=False, focus=True, links=True)
+    config = ExpertConfig(task_sentence=True, delegate_question=True)
+    first = collections.Counter()
+    for t in tasks[::2]:
+        tr = run_expert_episode(t, box, noise=0.0, seed=0, config=config)
+        assert tr.correct, (t["gold"]["template"], tr.answer, tr.gold_answer)
+        for call in tr.sub_calls:
+            for page, turn in zip(call[3::2], call[4::2]):
+                call_ = parse_turn(turn["content"], {"search", "visit"})
+                if not isinstance(call_, ToolCall) or call_.name != "visit":
+                    continue
+                lines = page["content"].split("\n")
+                for i, line in enumerate(lines):
+                    menu = _menu_items(line)
+                    if menu and call_.arguments["url"] in [u for _, u in menu]:
+                        first[("menu", menu[0][1] == call_.arguments["url"])] += 1
+                    link = _list_link(line)
+                    if link and link[1] == call_.arguments["url"]:
+                        top = i
+                        while top > 0 and _list_link(lines[top - 1]):
+                            top -= 1
+                        first[("list", top == i)] += 1
+    assert first[("menu", True)] > 30 and first[("list", True)] > 30, first
+    assert first[("menu", False)] == first[("list", False)] == 0, first
