@@ -640,18 +640,55 @@ class Prepared:
         return out
 
 
+def checked_world(cfg: WarmstartConfig) -> tuple[Any, list[dict[str, Any]], list[dict[str, Any]], WorldToolbox]:
+    """The world ``cfg`` checks on (``world_seed``; never a demonstration world unless ``world_demos``): the
+    world, its selected train and test tasks, and the toolbox set as the build's demonstrations were."""
+    world = generate_world(seed=cfg.world_seed, size=cfg.world_size)
+    taskset = generate_tasks(world, TaskConfig(n_train=cfg.n_train_tasks, n_test=cfg.n_test_tasks,
+                                               test_fraction=cfg.test_fraction))
+    return world, _selected(taskset, "train", cfg), _selected(taskset, "test", cfg), _toolbox(world, cfg)
+
+
+def check_tasks(cfg: WarmstartConfig, test: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The build's held-out check: the first ``eval_tasks`` of ``test``, round-robin over benchmark styles."""
+    return interleave_benchmarks(test)[: cfg.eval_tasks]
+
+
+def recheck(root: Path) -> dict[str, Any]:
+    """Rerun the greedy held-out check recorded with a warm start: a build folder (``warmstart.json``) or a
+    shipped checkpoint (``provenance.json``, its hashes verified first). Same tasks, tools, decoding and seed
+    as the build's check, the planner and the sub-agent loaded from the folder. Returns ``{"recorded": ...,
+    "rerun": ...}`` (each as :func:`evaluate_system` returns it)."""
+    from harness.checkpoint_files import warm_start_model_dir
+    from harness.config import from_dict
+    from harness.models import load_model  # lazy: harness.models imports torch
+
+    root = Path(root)
+    record_path = root / PROVENANCE_FILE if (root / PROVENANCE_FILE).is_file() else root / "warmstart.json"
+    try:
+        record = json.loads(record_path.read_text())
+        recorded = record["check"]["greedy"]
+        cfg = from_dict(WarmstartConfig, dict(record["config"]), f"{record_path} config")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{record_path}: no recorded greedy check to rerun ({exc!r}); give a warm-start build "
+                          "folder or a shipped checkpoint") from None
+    dirs = {agent: warm_start_model_dir(root, agent) for agent in ("planner", "sub_agent")}
+    planner, tokenizer = load_model(str(dirs["planner"]))
+    sub = planner if dirs["sub_agent"] == dirs["planner"] else load_model(str(dirs["sub_agent"]))[0]
+    _, _, test, toolbox = checked_world(cfg)
+    tasks = check_tasks(cfg, test)
+    rerun = evaluate_system(planner, sub, tokenizer, tasks, toolbox, temperature=0.0,
+                            max_new_tokens=cfg.eval_max_new_tokens, seed=cfg.seed)
+    return {"recorded": recorded, "rerun": rerun}
+
+
 def prepare(cfg: WarmstartConfig) -> Prepared:
     """Generate the world and tasks, run the scripted expert and build the tokenizer (seconds to minutes)."""
     from harness.models import ModelSpec, build_tiny_tokenizer, load_model  # lazy: harness.models imports torch
 
     stages: dict[str, float] = {}
     t0 = time.perf_counter()
-    world = generate_world(seed=cfg.world_seed, size=cfg.world_size)
-    taskset = generate_tasks(world, TaskConfig(n_train=cfg.n_train_tasks, n_test=cfg.n_test_tasks,
-                                               test_fraction=cfg.test_fraction))
-    train = _selected(taskset, "train", cfg)
-    test = _selected(taskset, "test", cfg)
-    toolbox = _toolbox(world, cfg)
+    world, train, test, toolbox = checked_world(cfg)
     extra = tqdm(demo_world_tasks(cfg, held_out=test, world=world), desc="demonstration worlds", unit="world",
                  total=cfg.demo_worlds, disable=cfg.demo_worlds < 50)
     sources = ([(toolbox, train)] if cfg.world_demos else []) + list(extra)
@@ -962,7 +999,7 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
     prep = prepare(cfg)
     stages = dict(prep.stages)
     test, toolbox, demos, tokenizer = prep.test, prep.toolbox, prep.demos, prep.tokenizer
-    held_out = interleave_benchmarks(test)[: cfg.eval_tasks]
+    held_out = check_tasks(cfg, test)
     gate_demos = gate_transcripts(held_out[: cfg.gate_tasks] if cfg.gate_tasks <= len(held_out) else
                                   interleave_benchmarks(test)[: cfg.gate_tasks], toolbox, cfg.seed,
                                   cfg.expert_config()) if cfg.gate_tasks else None
@@ -1082,8 +1119,22 @@ def main(argv: list[str] | None = None) -> int:
                     "e.g. tiny")
     ap.add_argument("--ship", default=None, metavar="DIR", help="also write the result as a shipped checkpoint "
                     "(one folder per model, provenance.json with hashes), e.g. baselines/checkpoints/tiny")
+    ap.add_argument("--recheck", default=None, metavar="DIR", help="build nothing: rerun the greedy held-out check "
+                    "recorded in DIR (a build folder or a shipped checkpoint) and compare it with the record")
     ap.add_argument("overrides", nargs="*", help="key=value overrides, e.g. noise=0.1 max_steps=50")
     args = ap.parse_args(argv)
+    if args.recheck:
+        try:
+            result = recheck(Path(args.recheck))
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        for name in ("recorded", "rerun"):
+            r = result[name]
+            per = ", ".join(f"{b} {v['solved']}/{v['n']}" for b, v in sorted(r["per_benchmark"].items()))
+            print(f"[recheck] {name}: solved {round(r['success'] * r['n_tasks'])}/{r['n_tasks']} ({per}), "
+                  f"valid turns {r['valid_turns']:.1%}", flush=True)
+        return 0
     overrides = list(args.overrides) + ([f"model={args.model}"] if args.model else [])
     if args.preset and args.config:
         ap.error("give --preset or --config, not both")

@@ -9,9 +9,9 @@ import pytest
 
 from harness.agents.parsing import ToolCall, parse_turn
 from harness.agents.prompts import EpisodeTokens, agent_prompt, initial_messages
+from harness.config import ConfigError, load_config
 from harness.models import load_model
-from harness.config import load_config
-from harness.warmstart import WarmstartConfig, expert_demonstrations, main, prepare, tokenize_transcript
+from harness.warmstart import WarmstartConfig, expert_demonstrations, main, prepare, recheck, tokenize_transcript
 from harness.world.generator import generate_world
 from harness.world.tasks import TaskConfig, generate_tasks
 from harness.world.toolbox import WorldToolbox
@@ -309,7 +309,7 @@ def test_killed_sft_resumes_from_its_last_checkpoint(tmp_path, letters_prep):
 
 
 @pytest.mark.slow
-def test_shipped_checkpoint_records_hashes_and_refuses_a_changed_file(tmp_path):
+def test_shipped_checkpoint_records_hashes_reruns_its_check_and_refuses_a_changed_file(tmp_path, capsys):
     from harness.models import CheckpointError, check_model_ref, verify_checkpoint, warm_start_model_dir
 
     build, ship = tmp_path / "build", tmp_path / "ship"
@@ -329,6 +329,14 @@ def test_shipped_checkpoint_records_hashes_and_refuses_a_changed_file(tmp_path):
         check_model_ref(str(ship), agent, key=f"models.{agent}")
     model, tok = load_model(str(warm_start_model_dir(ship, "planner")))
     assert model.config.vocab_size == len(tok)
+    # the recorded greedy check reruns from the shipped files alone: same tasks, same outcome
+    capsys.readouterr()
+    assert main(["--recheck", str(ship)]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[recheck]")]
+    assert len(lines) == 2 and lines[0].split(": ", 1)[1] == lines[1].split(": ", 1)[1], lines
+    rerun = recheck(ship)["rerun"]
+    assert rerun["n_tasks"] == 3 and rerun["success"] == prov["check"]["greedy"]["success"]
+    assert rerun["turns"] == prov["check"]["greedy"]["turns"]
     # a changed weight file is refused, naming the file
     weights = ship / "joint" / "model.safetensors"
     data = bytearray(weights.read_bytes())
@@ -354,6 +362,15 @@ def test_shipped_checkpoint_records_hashes_and_refuses_a_changed_file(tmp_path):
         verify_checkpoint(ship)
 
 
+def test_recheck_of_a_folder_without_a_recorded_check_names_the_file(tmp_path, capsys):
+    (tmp_path / "warmstart.json").write_text(json.dumps({"config": {}, "stages": {}}))
+    assert main(["--recheck", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "warmstart.json: no recorded greedy check to rerun" in err and "shipped checkpoint" in err
+    with pytest.raises(ConfigError, match="warmstart.json"):
+        recheck(tmp_path / "nowhere")
+
+
 def test_loss_tokens_all_makes_the_prompt_and_observations_targets_too(demos, tokenizer):
     d, _ = demos
     codec = EpisodeTokens(tokenizer, agent_prompt("sub_agent").tools)
@@ -375,8 +392,6 @@ def test_name_pieces_are_the_demonstration_worlds_name_tokens_most_frequent_firs
 
 
 def test_bad_loss_tokens_is_a_clear_error():
-    from harness.config import ConfigError
-
     with pytest.raises(ConfigError, match="loss_tokens='everything': choose model or all"):
         load_config(WarmstartConfig, None, ["loss_tokens=everything"])
     with pytest.raises(ConfigError, match="visit_links orders links .*set visit_focus: true too"):
