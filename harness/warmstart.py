@@ -43,8 +43,8 @@ from tqdm import tqdm
 
 from harness.agents.parsing import FormatError, ToolCall, parse_turn
 from harness.agents.prompts import AGENT_PROMPTS, EpisodeTokens, agent_prompt, initial_messages
-from harness.checkpoint_files import PROVENANCE_FILE, sha256_file, verify_checkpoint
-from harness.config import ConfigError, help_field, load_config, to_dict
+from harness.checkpoint_files import PROVENANCE_FILE, sha256_file, verify_checkpoint, warm_start_model_dir
+from harness.config import ConfigError, from_dict, help_field, load_config, to_dict
 from harness.protocol import format_tool_call, render_error
 from harness.records import append_jsonl, git_state, iter_jsonl, portable_argv
 from harness.rollout import (AgentRuntime, InProcessSubAgent, Query, RolloutConfig, SubAgentEngine, no_result_text,
@@ -659,8 +659,6 @@ def recheck(root: Path) -> dict[str, Any]:
     shipped checkpoint (``provenance.json``, its hashes verified first). Same tasks, tools, decoding and seed
     as the build's check, the planner and the sub-agent loaded from the folder. Returns ``{"recorded": ...,
     "rerun": ...}`` (each as :func:`evaluate_system` returns it)."""
-    from harness.checkpoint_files import warm_start_model_dir
-    from harness.config import from_dict
     from harness.models import load_model  # lazy: harness.models imports torch
 
     root = Path(root)
