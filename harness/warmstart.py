@@ -154,6 +154,12 @@ class WarmstartConfig:
                                   "signal per sequence; docs/training.md, \"The tiny warm start\")")
     epochs: float = help_field(3.0, "passes over the demonstrations")
     max_steps: int = help_field(-1, "optimizer steps (overrides epochs when > 0)")
+    restarts: list[int] = help_field([], "SFT steps at which the learning rate restarts: training first runs to the "
+                                     "first listed step on a cosine schedule that ends there, then resumes from that "
+                                     "step's checkpoint on the cosine schedule of a run to the next listed step (or "
+                                     "max_steps), which it joins part way down (e.g. [2400] with max_steps 3600: "
+                                     "steps 2400-3600 start again at a quarter of learning_rate). Each must be a "
+                                     "multiple of save_steps, below max_steps; [] = one schedule")
     learning_rate: float = help_field(2e-3, "AdamW learning rate")
     group_by_length: bool = help_field(False, "batch transcripts of similar length together (transformers' "
                                        "LengthGroupedSampler): less padding, so a joint warm start that mixes short "
@@ -198,6 +204,13 @@ class WarmstartConfig:
             raise ConfigError(f"tokenizer={self.tokenizer!r}: choose bpe, letters or syllables")
         if not self.world_demos and not self.demo_worlds:
             raise ConfigError("world_demos=false needs demo_worlds > 0 (no demonstrations otherwise)")
+        if self.restarts:
+            ok = (self.max_steps > 0 and self.save_steps > 0 and list(self.restarts) == sorted(set(self.restarts))
+                  and all(0 < r < self.max_steps and r % self.save_steps == 0 for r in self.restarts))
+            if not ok:
+                raise ConfigError(f"restarts={list(self.restarts)}: give increasing steps between 0 and max_steps="
+                                  f"{self.max_steps}, each a multiple of save_steps={self.save_steps} (a restart resumes "
+                                  "from the checkpoint saved at its step), or [] for one schedule")
         if self.demo_worlds < 0 or self.tokenizer_worlds < 0 or (self.n_demos is not None and self.n_demos < 1):
             raise ConfigError("demo_worlds and tokenizer_worlds must be >= 0, n_demos >= 1 or null")
         bad_repeat = {a: n for a, n in self.repeat.items() if a not in AGENTS or not isinstance(n, int) or n < 1}
@@ -435,7 +448,8 @@ def sft_train(model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], 
     With ``cfg.save_steps`` a checkpoint is saved every that many steps under ``out_dir/trainer`` and a
     second call with the same arguments resumes from the last one (same data order: the examples are
     shuffled by ``cfg.seed`` and the trainer's sampler by its seed). ``gate(model)`` (the copy gate) is
-    scored every ``cfg.gate_every`` steps; its results are returned as ``gate_log``."""
+    scored every ``cfg.gate_every`` steps; its results are returned as ``gate_log``. With ``cfg.restarts`` the
+    steps run in phases, each on its own cosine schedule (see the field's help)."""
     from datasets import Dataset  # lazy: datasets/trl/transformers only when training
     from transformers import TrainerCallback
     from transformers.trainer_utils import get_last_checkpoint
@@ -443,31 +457,34 @@ def sft_train(model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], 
 
     trainer_dir = out_dir / "trainer"
     saving = cfg.save_steps > 0
-    args = SFTConfig(
-        output_dir=str(trainer_dir),
-        per_device_train_batch_size=cfg.batch_size,
-        num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type="cosine",
-        warmup_steps=0.05,
-        weight_decay=0.0,
-        logging_steps=10,
-        save_strategy="steps" if saving else "no",
-        save_steps=cfg.save_steps if saving else 500,
-        save_total_limit=2 if saving else None,
-        report_to="none",
-        seed=cfg.seed,
-        max_length=None,  # examples are already filtered by length
-        use_cpu=not _cuda(),
-        # TRL's SFTConfig defaults to bf16 and gradient checkpointing; on a CPU without bf16 units both
-        # cost a lot (bf16 autocast was ~3x slower here) for a model this small.
-        bf16=_cuda() and _bf16_ok(),
-        gradient_checkpointing=_cuda(),
-        dataloader_num_workers=0,
-        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
-        disable_tqdm=False,
-    )
+
+    def sft_args(max_steps: int) -> Any:
+        return SFTConfig(
+            output_dir=str(trainer_dir),
+            per_device_train_batch_size=cfg.batch_size,
+            num_train_epochs=cfg.epochs,
+            max_steps=max_steps,
+            learning_rate=cfg.learning_rate,
+            lr_scheduler_type="cosine",
+            warmup_steps=0.05,
+            weight_decay=0.0,
+            logging_steps=10,
+            save_strategy="steps" if saving else "no",
+            save_steps=cfg.save_steps if saving else 500,
+            save_total_limit=2 if saving else None,
+            report_to="none",
+            seed=cfg.seed,
+            max_length=None,  # examples are already filtered by length
+            use_cpu=not _cuda(),
+            # TRL's SFTConfig defaults to bf16 and gradient checkpointing; on a CPU without bf16 units both
+            # cost a lot (bf16 autocast was ~3x slower here) for a model this small.
+            bf16=_cuda() and _bf16_ok(),
+            gradient_checkpointing=_cuda(),
+            dataloader_num_workers=0,
+            train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
+            disable_tqdm=False,
+        )
+
     gate_log: list[dict[str, Any]] = []
     # Each gate row also goes to a file next to the checkpoints, so a resumed build reports the whole curve.
     gate_file = trainer_dir / "gate_log.jsonl"
@@ -485,9 +502,9 @@ def sft_train(model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], 
                       f"{row['repeat_loss']:.2f} vs first {row['first_loss']:.2f}", flush=True)
 
     model.train()
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
-                         callbacks=[GateCallback()])
+    dataset = Dataset.from_list(examples)
     resume = get_last_checkpoint(str(trainer_dir)) if saving and trainer_dir.is_dir() else None
+    done = 0
     if resume:
         print(f"[warmstart] resuming from {resume}", flush=True)
         done = int(Path(resume).name.rsplit("-", 1)[-1])
@@ -497,8 +514,21 @@ def sft_train(model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], 
             gate_log.extend(rows[k] for k in sorted(rows))
     elif gate_file.is_file():
         gate_file.unlink()  # a fresh build: no rows of an earlier one
+    resumed_from = resume
     t0 = time.perf_counter()
-    out = trainer.train(resume_from_checkpoint=resume)
+    # One trainer per schedule (cfg.restarts): each resumes from the checkpoint its predecessor saved at its last
+    # step; a phase a resumed build already finished is skipped (the last one always runs: it returns at once
+    # when its checkpoint is already at max_steps).
+    ends = [*cfg.restarts, cfg.max_steps]
+    for i, end in enumerate(ends):
+        if i < len(ends) - 1 and done >= end:
+            continue
+        if i:
+            print(f"[warmstart] learning-rate restart at step {ends[i - 1]}: a cosine schedule to step {end}", flush=True)
+        trainer = SFTTrainer(model=model, args=sft_args(end), train_dataset=dataset, processing_class=tokenizer,
+                             callbacks=[GateCallback()])
+        out = trainer.train(resume_from_checkpoint=resume)
+        resume = get_last_checkpoint(str(trainer_dir)) if saving else None
     seconds = time.perf_counter() - t0
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -506,7 +536,7 @@ def sft_train(model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], 
     tokenizer.save_pretrained(out_dir)
     n_tokens = sum(sum(1 for x in e["labels"] if x != -100) for e in examples)
     return {"train_loss": float(out.training_loss), "train_s": seconds, "steps": int(out.global_step),
-            "n_examples": len(examples), "n_loss_tokens": n_tokens, "resumed_from": resume, "gate_log": gate_log}
+            "n_examples": len(examples), "n_loss_tokens": n_tokens, "resumed_from": resumed_from, "gate_log": gate_log}
 
 
 def _cuda() -> bool:
@@ -1007,7 +1037,7 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
         return copy_gate(model, tokenizer, gate_demos, names)
 
     summary: dict[str, Any] = {
-        "config": to_dict(cfg), "n_train_tasks": len(prep.train), "n_test_tasks": len(test),
+        "config": to_dict(cfg), "git": git_state(), "n_train_tasks": len(prep.train), "n_test_tasks": len(test),
         "n_demo_tasks": demos.n_tasks, "n_demo_worlds": prep.n_worlds,
         "expert_demo_accuracy": demos.n_correct / max(1, demos.n_tasks), "agents": {},
     }
@@ -1061,7 +1091,8 @@ SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "
                  "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 
 
-def ship_checkpoint(build: Path, dest: Path, summary: dict[str, Any], argv: list[str]) -> dict[str, Any]:
+def ship_checkpoint(build: Path, dest: Path, summary: dict[str, Any], argv: list[str],
+                    extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Copy the warm start in ``build`` to ``dest`` as a shipped checkpoint with its provenance.
 
     A joint warm start is one model: it is stored once (``dest/joint/``) and the provenance's
@@ -1098,6 +1129,7 @@ def ship_checkpoint(build: Path, dest: Path, summary: dict[str, Any], argv: list
         "agents": folders,
         "bytes": size,
         "sha256": hashes,
+        **{k: v for k, v in (extra or {}).items() if v is not None},
     }
     (tmp / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2) + "\n")
     shutil.rmtree(dest, ignore_errors=True)
@@ -1105,6 +1137,55 @@ def ship_checkpoint(build: Path, dest: Path, summary: dict[str, Any], argv: list
     os.replace(tmp, dest)
     verify_checkpoint(dest)
     return prov
+
+
+def config_differences(recorded: dict[str, Any], cfg: WarmstartConfig) -> dict[str, dict[str, Any]]:
+    """Keys whose value in ``cfg`` differs from a build's recorded config (read through today's
+    :class:`WarmstartConfig`, so a field the build predates counts with its default)."""
+    then = to_dict(from_dict(WarmstartConfig, dict(recorded), "the recorded config"))
+    now = to_dict(cfg)
+    return {k: {"recorded": then.get(k), "command": now.get(k)} for k in sorted(set(then) | set(now))
+            if json.dumps(then.get(k)) != json.dumps(now.get(k))}
+
+
+def ship_existing_build(build: Path, dest: Path, cfg: WarmstartConfig, note: str | None, argv: list[str]) -> int:
+    """``--from-build``: ship the finished build in ``build`` as :func:`ship_checkpoint` does after a build. The
+    provenance's command is ``argv`` without ``--from-build``, ``--note`` and ``--out`` (the command that rebuilds
+    it), so the command's config must equal the recorded one, or ``note`` must say why not (both then recorded)."""
+    try:
+        summary = json.loads((build / "warmstart.json").read_text())
+        missing = [k for k in ("config", "stages", "agents") if k not in summary]
+    except (OSError, ValueError) as exc:
+        summary, missing = {}, [repr(exc)]
+    if missing or not isinstance(summary, dict):
+        print(f"error: {build / 'warmstart.json'}: not a finished warm-start build (missing: {missing})", file=sys.stderr)
+        return 2
+    recorded = summary["config"]
+    diff = config_differences(recorded, cfg)
+    if diff and not note:
+        print(f"error: the command's config differs from the one {build / 'warmstart.json'} recorded: "
+              f"{json.dumps(diff)}; ship with the command that built it, or explain the difference with --note",
+              file=sys.stderr)
+        return 2
+    rebuild: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--out", "--note"):
+            skip = True
+            continue
+        if arg == "--from-build" or arg.startswith(("--out=", "--note=")):
+            continue
+        rebuild.append(arg)
+    summary["config"] = to_dict(cfg) if not diff else recorded
+    prov = ship_checkpoint(build, dest, summary, rebuild,
+                           extra={"shipped_from_build": build.name, "build_git": summary.get("git"), "note": note,
+                                  "config_differences": diff or None})
+    print(f"[warmstart] shipped {dest} from the build {build} ({prov['bytes'] / 1e6:.1f} MB, provenance.json)",
+          flush=True)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1119,6 +1200,12 @@ def main(argv: list[str] | None = None) -> int:
                     "(one folder per model, provenance.json with hashes), e.g. baselines/checkpoints/tiny")
     ap.add_argument("--recheck", default=None, metavar="DIR", help="build nothing: rerun the greedy held-out check "
                     "recorded in DIR (a build folder or a shipped checkpoint) and compare it with the record")
+    ap.add_argument("--from-build", action="store_true",
+                    help="with --ship and --out: build nothing; ship the finished build in --out (its warmstart.json). "
+                         "The config of --preset/--config and the overrides must be the one the build recorded, so "
+                         "that the recorded command rebuilds it; differences are refused unless --note explains them")
+    ap.add_argument("--note", default=None, help="with --from-build: a text kept in provenance.json (e.g. how a build "
+                    "that was resumed under another config came about)")
     ap.add_argument("overrides", nargs="*", help="key=value overrides, e.g. noise=0.1 max_steps=50")
     args = ap.parse_args(argv)
     if args.recheck:
@@ -1149,6 +1236,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.from_build:
+        if not (args.ship and args.out):
+            ap.error("--from-build ships the build in --out: give --out BUILD and --ship DIR")
+        return ship_existing_build(Path(out), Path(args.ship), cfg, args.note,
+                                   list(sys.argv[1:] if argv is None else argv))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     summary = run_warmstart(cfg, Path(out))
     if args.ship:

@@ -309,6 +309,41 @@ def test_killed_sft_resumes_from_its_last_checkpoint(tmp_path, letters_prep):
 
 
 @pytest.mark.slow
+def test_restarts_run_the_steps_on_one_cosine_schedule_per_phase(tmp_path, letters_prep, monkeypatch):
+    import trl
+    from transformers import TrainerCallback
+
+    from harness.warmstart import sft_train
+
+    lrs: dict[int, float] = {}
+
+    class Recording(trl.SFTTrainer):  # the real trainer; it only notes the learning rate after each step
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            outer = self
+
+            class Note(TrainerCallback):
+                def on_step_end(self, args, state, control, **kwargs):
+                    lrs[state.global_step] = outer.lr_scheduler.get_last_lr()[0]
+            self.add_callback(Note())
+
+    monkeypatch.setattr(trl, "SFTTrainer", Recording)
+    prep = letters_prep
+    examples = [e for e in prep.examples("planner") if len(e["input_ids"]) <= 1024][:8]
+    cfg = load_config(WarmstartConfig, None, [*LETTERS, "max_steps=6", "restarts=[3]", "save_steps=1", "batch_size=2"])
+    stats = sft_train(prep.new_model(), prep.tokenizer, examples, cfg, tmp_path)
+    assert stats["steps"] == 6 and sorted(lrs) == [1, 2, 3, 4, 5, 6]
+    peak = cfg.learning_rate
+    # phase 1: a cosine that ends at step 3; phase 2 joins the cosine of a 6-step run at step 4
+    assert lrs[3] < 1e-3 * peak and lrs[2] > lrs[3]
+    assert lrs[4] > 0.1 * peak > lrs[3] and lrs[4] > lrs[5] > lrs[6]
+    with pytest.raises(ConfigError, match="restarts=\\[4\\].*multiple of save_steps=3"):
+        load_config(WarmstartConfig, None, ["max_steps=6", "restarts=[4]", "save_steps=3"])
+    with pytest.raises(ConfigError, match="restarts"):
+        load_config(WarmstartConfig, None, ["max_steps=6", "restarts=[6]", "save_steps=3"])
+
+
+@pytest.mark.slow
 def test_shipped_checkpoint_records_hashes_reruns_its_check_and_refuses_a_changed_file(tmp_path, capsys):
     from harness.models import CheckpointError, check_model_ref, verify_checkpoint, warm_start_model_dir
 
@@ -360,6 +395,36 @@ def test_shipped_checkpoint_records_hashes_reruns_its_check_and_refuses_a_change
     (ship / "provenance.json").write_text(json.dumps(prov))
     with pytest.raises(CheckpointError, match="tokenizer.json: .* tokens but the model"):
         verify_checkpoint(ship)
+
+
+@pytest.mark.slow
+def test_a_finished_build_ships_without_rebuilding_under_the_command_that_built_it(tmp_path, capsys):
+    from harness.models import verify_checkpoint
+
+    build, ship = tmp_path / "build", tmp_path / "ship"
+    args = [*LETTERS, "demo_worlds=4", "joint=true", "max_steps=1", "batch_size=2", "eval_tasks=2", "gate_tasks=0",
+            "eval_max_new_tokens=8", "max_length=1024"]
+    assert main(["--out", str(build), *args]) == 0
+    built = json.loads((build / "warmstart.json").read_text())
+    # another config than the build's is refused, naming the key, and nothing is shipped
+    capsys.readouterr()
+    assert main(["--out", str(build), "--ship", str(ship), "--from-build", *args, "max_steps=2"]) == 2
+    assert '"max_steps": {"recorded": 1, "command": 2}' in capsys.readouterr().err and not ship.exists()
+    # the build's own command ships it as it is: nothing rebuilt, its check and stages kept
+    assert main(["--out", str(build), "--ship", str(ship), "--from-build", *args]) == 0
+    prov = verify_checkpoint(ship)
+    assert prov["check"] == built["check"] and prov["stages"] == built["stages"]
+    assert prov["shipped_from_build"] == "build" and "config_differences" not in prov
+    assert prov["build_git"] == built["git"] and built["git"]["commit"]  # the commit the build ran at
+    assert "--from-build" not in prov["command"] and "--out" not in prov["command"] and "max_steps=1" in prov["command"]
+    # a difference explained with --note is shipped, the recorded config kept and the difference recorded
+    assert main(["--out", str(build), "--ship", str(ship), "--from-build", "--note", "resumed to 2 steps", *args,
+                 "max_steps=2"]) == 0
+    prov = verify_checkpoint(ship)
+    assert prov["note"] == "resumed to 2 steps" and prov["config"]["max_steps"] == 1
+    assert prov["config_differences"] == {"max_steps": {"recorded": 1, "command": 2}}
+    assert main(["--out", str(tmp_path / "nowhere"), "--ship", str(ship), "--from-build", *args]) == 2
+    assert "not a finished warm-start build" in capsys.readouterr().err
 
 
 def test_recheck_of_a_folder_without_a_recorded_check_names_the_file(tmp_path, capsys):
