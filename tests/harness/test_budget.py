@@ -98,3 +98,25 @@ def test_shape_capped_by_the_presets_limits():
     # an uncapped single agent costs its planner turns plus the sub-agent's turns, no sub prefill
     loose = SHAPE.capped(RolloutConfig(planner_turns=20, context_tokens=8000), multi_agent=False)
     assert rollout_seconds(loose, CAL, batch=16, max_new_tokens=96) == pytest.approx(9 * (0.3 + 16 * 2100 / 9 * 1e-5))
+
+
+@pytest.mark.parametrize("done, expected", [(True, 20), (False, 300)])
+def test_a_done_warm_start_takes_its_episode_shape_from_a_few_demonstration_worlds(monkeypatch, done, expected):
+    import harness.budget as budget
+    from harness.config import load_config
+    from harness.warmstart import WarmstartConfig
+
+    seen = []
+
+    def stop(cfg):
+        seen.append(cfg.demo_worlds)
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(budget, "prepare", stop)
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config(WarmstartConfig, str(root / "baselines" / "configs" / "tiny-generalise" / "warmstart.yaml"))
+    with pytest.raises(RuntimeError, match="stop"):
+        budget.estimate_experiment(cfg, {}, 1, warmstart_done=done)
+    assert seen == [expected] and cfg.demo_worlds == 300  # the preset's own config is left as it was
