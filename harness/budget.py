@@ -255,7 +255,7 @@ def estimate_experiment(ws_cfg: Any, arms: dict[str, Any], seeds: int, *, warmst
     import torch
 
     t0 = time.perf_counter()
-    if warmstart_done and getattr(ws_cfg, "demo_worlds", 0) > SHAPE_WORLDS:
+    if warmstart_done and ws_cfg.demo_worlds > SHAPE_WORLDS:
         # only the episode shape is needed (the warm start is not estimated): a few demonstration worlds give it;
         # all 300 of tiny-generalise took ~6 of the ~6.5 min of calibration (measured 2026-12-06)
         ws_cfg = replace(ws_cfg, demo_worlds=SHAPE_WORLDS)

@@ -1152,13 +1152,14 @@ def ship_existing_build(build: Path, dest: Path, cfg: WarmstartConfig, note: str
     """``--from-build``: ship the finished build in ``build`` as :func:`ship_checkpoint` does after a build. The
     provenance's command is ``argv`` without ``--from-build``, ``--note`` and ``--out`` (the command that rebuilds
     it), so the command's config must equal the recorded one, or ``note`` must say why not (both then recorded)."""
+    path = build / "warmstart.json"
     try:
-        summary = json.loads((build / "warmstart.json").read_text())
-        missing = [k for k in ("config", "stages", "agents") if k not in summary]
+        summary = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        summary, missing = {}, [repr(exc)]
-    if missing or not isinstance(summary, dict):
-        print(f"error: {build / 'warmstart.json'}: not a finished warm-start build (missing: {missing})", file=sys.stderr)
+        summary = repr(exc)
+    if not isinstance(summary, dict) or not {"config", "stages", "agents"} <= summary.keys():
+        print(f"error: {path}: not a finished warm-start build (no config, stages and agents: {str(summary)[:200]})",
+              file=sys.stderr)
         return 2
     recorded = summary["config"]
     diff = config_differences(recorded, cfg)
