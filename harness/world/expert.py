@@ -50,7 +50,7 @@ from harness.protocol import (
 from harness.world.judge import normalise
 from harness.world.render import NEWS_OLDER
 from harness.world.schemas import ATTACHMENT_MARKER, task_id, task_prompt
-from harness.world.subtasks import PHRASES, ParsedSubtask, parse_subtask
+from harness.world.subtasks import LOOKUP_NP, LOOKUP_QUESTION, PHRASES, ParsedSubtask, cap_first, parse_subtask
 
 PLANNER_SYSTEM = (
     "You are a research planner. Break the question into subtasks and give each to the sub-agent "
@@ -122,6 +122,13 @@ class ExpertConfig:
         "of rewording it as 'Find the <relation> of <name>.' or 'On the website <root>, find ...': its delegation is "
         "then a copy of its own prompt, and reading the relation and the entity off the question is left to the "
         "sub-agent (docs/training.md, \"Build b7\").")
+    delegate_spans: bool = help_field(
+        False, "The planner delegates each hop of a chain question (\"In which country is the city where X was "
+        "born?\") in the question's own words, innermost first, with what earlier hops found in place of their noun "
+        "phrase: 'Find the city where X was born.' (a span of the question), then 'In which country is <city>?' "
+        "(the question's frame), instead of 'Find the birthplace of X.' and 'Find the country of <city>.': the "
+        "entity's name is then copied after the same words as in the question, and no relation is chosen by "
+        "meaning (docs/world.md, the noun-phrase subtask form; not yet in a shipped warm start).")
 
     def __post_init__(self) -> None:
         decisions = set(PLANNER_DECISIONS + SUB_DECISIONS)
@@ -143,15 +150,15 @@ class ExpertConfig:
                     check(f"{name}[{key!r}][{d!r}]", p)
         if self.max_visits < 1:
             raise ValueError(f"ExpertConfig.max_visits: expected >= 1, got {self.max_visits}")
-        for name in ("task_sentence", "delegate_question"):
+        for name in ("task_sentence", "delegate_question", "delegate_spans"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ExpertConfig.{name}: expected true or false, got {getattr(self, name)!r}")
 
     def noise_free(self) -> "ExpertConfig":
-        """The same expert (its ``task_sentence``, ``delegate_question`` and ``max_visits``) without any error: every
-        rate 0."""
+        """The same expert (its ``task_sentence``, ``delegate_question``, ``delegate_spans`` and ``max_visits``)
+        without any error: every rate 0."""
         return ExpertConfig(noise=0.0, max_visits=self.max_visits, task_sentence=self.task_sentence,
-                            delegate_question=self.delegate_question)
+                            delegate_question=self.delegate_question, delegate_spans=self.delegate_spans)
 
     def rate(self, decision: str, key: str | None = None, table: str = "template_rates") -> float:
         """Probability of an error in ``decision`` for ``key`` (a template or phrase)."""
@@ -464,6 +471,8 @@ class ExpertPlanner:
                 text = self._confuse(text, sub, rng)
             elif self.config.delegate_question and len(subtasks) == 1:
                 text = self._as_question(prompt, text) or text
+            elif self.config.delegate_spans and len(subtasks) > 1:
+                text = self._in_question_words(prompt, subtasks, i, text) or text
             return format_tool_call("delegate", {"task": text})
         return format_answer(self._final(results, rng))
 
@@ -474,6 +483,31 @@ class ExpertPlanner:
         question = prompt.strip().removeprefix("Question:").strip()
         parsed = parse_subtask(question)
         return question if parsed is not None and parsed == parse_subtask(text) else None
+
+    @staticmethod
+    def _in_question_words(prompt: str, subtasks: list[dict[str, Any]], i: int, text: str) -> str | None:
+        """Hop ``i`` of a chain question in the question's words (``ExpertConfig.delegate_spans``), else None.
+
+        A chain is a run of lookups whose question is the last relation's one-hop question about the nested noun
+        phrases of the others (``LOOKUP_QUESTION[r2]`` of ``LOOKUP_NP[r1]`` of ``LOOKUP_NP[r0]`` of the name). Hop
+        ``i`` is its noun phrase, or for the last hop the question's frame, about hop ``i``'s subject as ``text``
+        (the subtask with earlier results filled in) names it."""
+        if any(s["kind"] != "lookup" for s in subtasks) or any(s["relation"] not in LOOKUP_NP for s in subtasks[:-1]):
+            return None
+        nested = subtasks[0]["subject"]
+        for s in subtasks[:-1]:
+            nested = LOOKUP_NP[s["relation"]].format(x=nested)
+        last = subtasks[-1]["relation"]
+        question = prompt.strip().removeprefix("Question:").strip()
+        if last not in LOOKUP_QUESTION or question != cap_first(LOOKUP_QUESTION[last].format(x=nested)):
+            return None
+        parsed = parse_subtask(text)
+        if parsed is None or parsed.kind != "lookup":
+            return None
+        rel = subtasks[i]["relation"]
+        if i < len(subtasks) - 1:
+            return f"Find {LOOKUP_NP[rel].format(x=parsed.name)}."
+        return cap_first(LOOKUP_QUESTION[rel].format(x=parsed.name))
 
     @staticmethod
     def _confuse(text: str, sub: dict[str, Any], rng: random.Random) -> str:

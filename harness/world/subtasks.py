@@ -7,7 +7,8 @@ page rows it must read are named by :data:`PHRASES`. Four kinds:
 
 * ``lookup``  -- ``Find the <phrase> of <name>.`` (encyclopedia page of <name>), or the one-hop question itself
   (:data:`LOOKUP_QUESTION`, e.g. ``In which year was <name> born?``): a planner may delegate a question that one
-  page answers in the question's own words (docs/world.md, "The subtask language")
+  page answers in the question's own words (docs/world.md, "The subtask language"); or ``Find <noun phrase>.``
+  with a chain question's noun phrase (:data:`LOOKUP_NP`, e.g. ``Find the city where <name> was born.``)
 * ``walk``    -- ``On the website <root>, find the <phrase> of <name>.`` (organisation site), or the site's one-hop
   question with its start line (:data:`WALK_QUESTION`, then ``Start from this website: <root>``)
 * ``natives`` -- ``List the people born in <city>, with their birth years.``
@@ -101,6 +102,14 @@ WALK_QUESTION: dict[str, str] = {
     "warranty": "How many years of warranty does {org} give on the {x}, according to its website?",
     "attendance": "How many visitors did the {x} draw, according to {org}'s news pages?",
 }
+# relation -> the noun phrase a multi-hop GAIA-style question nests it as ({x}: the entity or an inner noun phrase):
+# "In which country is the city where X was born?" asks for the country of the city where X was born
+LOOKUP_NP: dict[str, str] = {
+    "employer": "the organisation that employs {x}", "birth_city": "the city where {x} was born",
+    "headquarters": "the city where {x} has its headquarters", "ceo": "the chief executive of {x}",
+    "maker": "the company that makes {x}", "organiser": "the organisation that organised {x}",
+    "host_city": "the city that hosted {x}",
+}
 
 
 def _pattern(question: str) -> re.Pattern[str]:
@@ -111,6 +120,7 @@ def _pattern(question: str) -> re.Pattern[str]:
 
 
 _QUESTION = [(_pattern(q), LOOKUP_PHRASE[rel]) for rel, q in LOOKUP_QUESTION.items()]
+_NOUN_PHRASE = [(_pattern(f"Find {np}."), LOOKUP_PHRASE[rel]) for rel, np in LOOKUP_NP.items()]
 _SITE_QUESTION = [(_pattern(q), WALK_PHRASE[rel]) for rel, q in WALK_QUESTION.items()]
 _START = re.compile("^" + re.escape(START_MARKER.strip()) + r" (?P<root>\S+)$", re.M)
 _LOOKUP = re.compile(r"^Find the (?P<rest>.+)\.$")
@@ -137,12 +147,22 @@ def article(word: str) -> str:
     return "an" if word[:1].lower() in "aeiou" else "a"
 
 
+def cap_first(text: str) -> str:
+    """``text`` with its first letter upper-cased (a task question or subtask built from a lower-case phrase)."""
+    return text[:1].upper() + text[1:]
+
+
 def lookup_text(relation: str, name: str) -> str:
     return f"Find the {LOOKUP_PHRASE[relation]} of {name}."
 
 
 def walk_text(relation: str, name: str, root_url: str) -> str:
     return f"On the website {root_url}, find the {WALK_PHRASE[relation]} of {name}."
+
+
+def np_text(relation: str, name: str) -> str:
+    """``Find <the noun phrase of relation about name>.`` (a lookup the sub-agent parses like ``Find the ...``)."""
+    return f"Find {LOOKUP_NP[relation].format(x=name)}."
 
 
 def question_text(relation: str, name: str) -> str:
@@ -196,7 +216,7 @@ def parse_subtask(text: str) -> ParsedSubtask | None:
     m = _LOOKUP.match(line)
     if m and (pn := _split_phrase(m["rest"])):
         return ParsedSubtask("lookup", pn[0], pn[1])
-    for rx, phrase in _QUESTION:
+    for rx, phrase in _QUESTION + _NOUN_PHRASE:
         m = rx.match(line)
         if m:
             return ParsedSubtask("lookup", phrase, m["x"])

@@ -54,8 +54,10 @@ from harness.world.schemas import (  # re-exported: the schemas are part of this
     BENCHMARKS, GAIA_FIELDS, GAIA_META, WEBWALKER_FIELDS, WEBWALKER_INFO, XBENCH_FIELDS, benchmark_of, task_prompt,
 )
 from harness.world.subtasks import (
-    LOOKUP_PHRASE, LOOKUP_QUESTION, WALK_PHRASE, WALK_QUESTION, article, filter_text, lookup_text, natives_text, walk_text,
+    LOOKUP_NP, LOOKUP_PHRASE, LOOKUP_QUESTION, WALK_PHRASE, WALK_QUESTION, article, filter_text, lookup_text,
+    natives_text, walk_text,
 )
+from harness.world.subtasks import cap_first as _cap
 from harness.world.search import SearchIndex
 from harness.world.toolbox import DEFAULT_BASE_URL, WorldToolbox
 
@@ -105,12 +107,7 @@ class TaskFileError(ValueError):
 
 # ----------------------------------------------------------------------------- phrasing
 _Q = LOOKUP_QUESTION  # the one-hop question of each relation (the subtask language parses it back)
-_NP: dict[str, str] = {
-    "employer": "the organisation that employs {x}", "birth_city": "the city where {x} was born",
-    "headquarters": "the city where {x} has its headquarters", "ceo": "the chief executive of {x}",
-    "maker": "the company that makes {x}", "organiser": "the organisation that organised {x}",
-    "host_city": "the city that hosted {x}",
-}
+_NP = LOOKUP_NP  # the noun phrase of each relation in a chain question (the subtask language parses "Find <it>.")
 _CHAINS: dict[int, tuple[tuple[str, ...], ...]] = {
     1: (("person", "birth_year"), ("person", "birth_city"), ("person", "employer"), ("person", "role"),
         ("org", "founded_year"), ("org", "headquarters"), ("org", "ceo"), ("org", "employees"), ("org", "industry"),
@@ -124,10 +121,6 @@ _CHAINS: dict[int, tuple[tuple[str, ...], ...]] = {
         ("person", "employer", "ceo", "birth_year"), ("event", "organiser", "ceo", "birth_city")),
 }
 _WW_Q = WALK_QUESTION  # the one-hop site question of each relation (the subtask language parses it back)
-
-
-def _cap(s: str) -> str:
-    return s[:1].upper() + s[1:]
 
 
 # ----------------------------------------------------------------------------- gold pieces

@@ -278,6 +278,38 @@ def test_the_planner_can_delegate_a_one_hop_question_in_its_own_words(tasks, too
         ExpertConfig(delegate_question="yes")
 
 
+def test_the_planner_can_delegate_a_chain_in_the_question_words(tasks, toolbox):
+    # ExpertConfig(delegate_spans=True): every hop of a chain question is delegated in the question's words,
+    # innermost first, with earlier results in place of their noun phrase; the first hop is a span of the question,
+    # the last the question's frame about the last result; each hop parses to the subtask the expert delegated
+    # before; other tasks as before; the noise-free expert still solves every task
+    from harness.world.subtasks import cap_first
+
+    base = ExpertConfig(task_sentence=True, delegate_question=True)
+    config = ExpertConfig(task_sentence=True, delegate_question=True, delegate_spans=True)
+    chains = collections.Counter()
+    for t in tasks[::2]:
+        tr = run_expert_episode(t, toolbox, noise=0.0, seed=0, config=config)
+        assert tr.correct, (t["gold"]["template"], tr.answer, tr.gold_answer)
+        before = run_expert_episode(t, toolbox, noise=0.0, seed=0, config=base)
+        hops = [parse_turn(m["content"], {"delegate"}).arguments["task"] for m in tr.planner[2::2][:-1]]
+        old = [parse_turn(m["content"], {"delegate"}).arguments["task"] for m in before.planner[2::2][:-1]]
+        assert [parse_subtask(h) for h in hops] == [parse_subtask(h) for h in old]
+        question = tr.planner[1]["content"].removeprefix("Question:").strip()
+        if hops != old:
+            chains[len(hops)] += 1
+            assert hops[0].startswith("Find ") and hops[0][5:-1] in question, (hops[0], question)
+            frame = parse_subtask(question)
+            assert hops[-1] == cap_first(question.replace(frame.name, parse_subtask(hops[-1]).name)), hops[-1]
+        else:
+            assert tr.planner == before.planner
+            assert parse_subtask(question) is None or len(hops) == 1, question
+    assert chains[2] > 10 and chains[3] > 3, chains
+    assert config.noise_free() == config
+    with pytest.raises(ValueError, match="delegate_spans"):
+        ExpertConfig(delegate_spans=1)
+
+
 def test_with_the_link_order_every_walk_link_the_expert_follows_comes_first(world, tasks):
     # tools.visit_links (docs/tools.md): on every site page where the expert picks a menu item or a listed link,
     # the goal-guided visit puts that link first in its menu line or list (on a small world, question and phrase

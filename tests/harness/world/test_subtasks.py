@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.world.subtasks import (
-    LOOKUP_PHRASE, LOOKUP_QUESTION, WALK_PHRASE, WALK_QUESTION, ParsedSubtask, lookup_text, parse_subtask,
-    question_text, site_question_text, walk_text,
+    LOOKUP_NP, LOOKUP_PHRASE, LOOKUP_QUESTION, WALK_PHRASE, WALK_QUESTION, ParsedSubtask, lookup_text, np_text,
+    parse_subtask, question_text, site_question_text, walk_text,
 )
 
 ROOT = "http://world.local/site/steshur-labs/index.html"
@@ -44,6 +44,20 @@ def test_question_round_trip(name, rel):
 def test_site_question_round_trip(org, name, rel):
     parsed = parse_subtask(site_question_text(rel, org, name, ROOT))
     assert parsed == ParsedSubtask("walk", WALK_PHRASE[rel], name if "{x}" in WALK_QUESTION[rel] else org, root=ROOT)
+
+
+@given(name=NAME, rel=st.sampled_from(sorted(LOOKUP_NP)))
+def test_a_chain_noun_phrase_is_the_lookup_it_names(name, rel):
+    # "Find the city where X was born." is the birthplace of X, as "Find the birthplace of X." is
+    want = ParsedSubtask("lookup", LOOKUP_PHRASE[rel], name)
+    assert parse_subtask(np_text(rel, name)) == want == parse_subtask(lookup_text(rel, name))
+
+
+def test_a_nested_noun_phrase_parses_to_its_outer_relation():
+    # the inner phrase stays the name: the planner must resolve it first (the sub-agent finds no such page)
+    inner = LOOKUP_NP["maker"].format(x="Breagle Lite")
+    assert parse_subtask(np_text("ceo", inner)) == ParsedSubtask("lookup", "chief executive", inner)
+    assert parse_subtask(np_text("birth_city", "Zafu Ratonaith").removesuffix(".")) is None
 
 
 def test_other_text_is_no_subtask():
