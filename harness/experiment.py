@@ -161,7 +161,8 @@ def stage_one(args: argparse.Namespace, preset_dir: Path, out: Path, seed: int, 
 
 def report_title(args: argparse.Namespace) -> str:
     """The report's title, which says what scale of run it is (the committed reference is a tiny CPU run)."""
-    scale = "tiny-scale CPU run" if args.preset == "tiny" else f"preset {args.preset}"
+    scale = ("tiny-scale CPU run" + (f", preset {args.preset}" if args.preset != "tiny" else "")
+             if args.preset.startswith("tiny") else f"preset {args.preset}")
     quick = "; --quick smoke run, claims no learning" if args.quick else ""
     stages = "; two stages: stage-2 runs from the stage-1 checkpoint, hard-filtered tasks" if args.two_stage else ""
     return f"M-GRPO comparison, embedded default ({scale}, {args.seeds} seeds{stages}{quick})"
