@@ -62,6 +62,18 @@ QUICK_TRAIN = ["planner.max_steps=2", "eval.every=2", "eval.n_tasks=1", "eval.ru
                "tasks.n_train=4", "tasks.n_test=2", "planner.groups_per_step=2"]
 
 
+def quick_train(config: Path) -> list[str]:
+    """``QUICK_TRAIN`` for one arm's config: an arm that evaluates greedily (``eval.temperature: 0``, as the
+    tiny-generalise arms do) keeps its one evaluation run, which a second would only repeat."""
+    try:
+        greedy = load_train_config(str(config), []).eval.temperature == 0
+    except ConfigError:  # the child run reports it, with the run's log
+        greedy = False
+    if greedy:
+        return [o for o in QUICK_TRAIN if not o.startswith("eval.runs=")]
+    return list(QUICK_TRAIN)
+
+
 def _arg(path: Path) -> str:
     """``path`` as written on a child's command line: relative to the repository when inside it (children
     run there), so the records and the committed report name no machine's folders (issue 7)."""
@@ -85,9 +97,11 @@ def check_budget(args: argparse.Namespace, preset_dir: Path, arms: list[str], *,
         ws_path = preset_dir / "warmstart.yaml"
         ws_cfg = load_config(WarmstartConfig, str(ws_path) if ws_path.is_file() else None,
                              QUICK_WARMSTART if args.quick else [])
-        arm_cfgs = {a: load_train_config(str(preset_dir / f"{a}.yaml"), QUICK_TRAIN if args.quick else [])
+        arm_cfgs = {a: load_train_config(str(preset_dir / f"{a}.yaml"),
+                                         quick_train(preset_dir / f"{a}.yaml") if args.quick else [])
                     for a in arms}
-        stage1 = (load_train_config(str(preset_dir / "mgrpo_stage1.yaml"), QUICK_TRAIN if args.quick else [])
+        stage1 = (load_train_config(str(preset_dir / "mgrpo_stage1.yaml"),
+                                    quick_train(preset_dir / "mgrpo_stage1.yaml") if args.quick else [])
                   if args.two_stage else None)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -119,7 +133,7 @@ def train_run(args: argparse.Namespace, out: Path, name: str, seed: int, trainer
         run_dir.rename(kept)
         tqdm.write(f"note: an incomplete earlier attempt of {run_dir.name} was moved to {kept}; starting it afresh")
     cmd = [sys.executable, "-m", "harness", "train", "--trainer", trainer, "--config", _arg(config),
-           "--seed", str(seed), "--run-dir", _arg(run_dir), *overrides, *(QUICK_TRAIN if args.quick else [])]
+           "--seed", str(seed), "--run-dir", _arg(run_dir), *overrides, *(quick_train(config) if args.quick else [])]
     rc = _run(cmd, log)
     return f"{name} seed {seed} (exit {rc}; see {log})" if rc != 0 else None
 
@@ -151,7 +165,7 @@ def stage_one(args: argparse.Namespace, preset_dir: Path, out: Path, seed: int, 
         # the candidates of the stage-2 arms: the preset's mgrpo config with the arms' overrides
         cmd = [sys.executable, "-m", "harness", "filter", "--config", _arg(preset_dir / "mgrpo.yaml"),
                "--out", _arg(filter_dir), "--k", str(args.filter_k), f"models.planner={planner}", f"models.sub={sub}",
-               f"seed={seed}", *(QUICK_TRAIN if args.quick else [])]
+               f"seed={seed}", *(quick_train(preset_dir / "mgrpo.yaml") if args.quick else [])]
         rc = _run(cmd, log)
         if rc != 0:
             failed.append(f"hard filter seed {seed} (exit {rc}; see {log})")

@@ -199,3 +199,19 @@ def test_two_stage_quick_experiment_end_to_end(tmp_path, monkeypatch):
         recs = read_tasks(run / "eval" / "2" / "local_gaia.jsonl").records
         assert sorted(r.inference_run for r in recs) == [0, 1]  # quick: eval.runs=2
     assert (rep / "report.md").is_file() and "two stages" in (rep / "report.md").read_text()
+
+
+def test_quick_overrides_keep_one_evaluation_run_for_a_greedy_arm():
+    """``--quick`` asks for two evaluation runs, which a greedy evaluation (eval.temperature 0, the
+    tiny-generalise arms of ``make demo``) refuses as a repeat: such an arm keeps its one run."""
+    from harness.experiment import CONFIGS, QUICK_TRAIN, quick_train
+    from harness.train_config import load_train_config
+
+    sampled = CONFIGS / "tiny" / "mgrpo.yaml"
+    assert quick_train(sampled) == QUICK_TRAIN
+    for arm in ("single_agent", "frozen_sub", "mgrpo", "mgrpo_align_none"):
+        config = CONFIGS / "tiny-generalise" / f"{arm}.yaml"
+        overrides = quick_train(config)
+        assert "eval.runs=2" not in overrides and "planner.max_steps=2" in overrides
+        cfg = load_train_config(str(config), overrides)  # valid: a greedy evaluation with one run
+        assert cfg.eval.temperature == 0 and cfg.eval.runs == 1
