@@ -227,8 +227,12 @@ def run_seconds(train_cfg: Any, shape: EpisodeShape, cal: Calibration, *, sub_tr
     shape = shape.capped(train_cfg.rollout, multi_agent=multi_agent)
     rollout = rollout_seconds(shape, cal, batch=batch, max_new_tokens=train_cfg.rollout.max_new_tokens)
     train = 3 * batch * shape.planner_len * cal.sft_s_per_token
-    if sub_trains:  # the sub role trains in its own process, mostly while the planner generates
-        train += 0.5 * 3 * batch * shape.sub_calls * shape.sub_len * cal.sft_s_per_token
+    if sub_trains:
+        # The sub role's optimizer step is on the run's critical path: with `sub.serve: locked` (the default) the
+        # planner's delegations wait for it, and with `snapshot` the sub role's own steps bound the run instead
+        # (measured: the run is no faster; docs/performance.md). Counted whole, no overlap (it was counted half
+        # until 2026-12-06, when make demo's mgrpo runs took 133 s against 82 s estimated).
+        train += 3 * batch * shape.sub_calls * shape.sub_len * cal.sft_s_per_token
     n_evals = (steps // train_cfg.eval.every + 1) if train_cfg.eval.every else 0
     n_eval_tasks = train_cfg.eval.n_tasks * len(train_cfg.tasks.benchmarks) * train_cfg.eval.runs
     eval_s = n_evals * rollout_seconds(shape, cal, batch=n_eval_tasks,

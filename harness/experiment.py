@@ -2,9 +2,10 @@
 
     python -m harness experiment --preset tiny --seeds 2 [--quick] [--out DIR] [--report DIR]
 
-1. **Warm start** once (``python -m harness warmstart`` with ``baselines/configs/<preset>/warmstart.yaml``),
-   shared by every trainer and seed, so the trainers start from the same policies; reused when its
-   ``warmstart.json`` already exists.
+1. **Warm start**: the shipped checkpoint ``baselines/checkpoints/<preset>/`` (or ``--checkpoint DIR``), its hashes
+   checked, when there is one; else built once (``python -m harness warmstart`` with
+   ``baselines/configs/<preset>/warmstart.yaml``) and reused when its ``warmstart.json`` already exists. Either
+   way it is shared by every trainer and seed, so the trainers start from the same policies.
 2. **Train** every trainer of the preset (``single_agent``, ``frozen_sub``, ``mgrpo`` and the
    ``alignment: none`` ablation when the preset has one) for every seed, each a
    ``python -m harness train`` run with its roles as processes and periodic evaluation on the
@@ -193,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rebuild-warmstart", action="store_true",
                     help="build the warm start first and ship it to baselines/checkpoints/<preset>/ (make demo "
                          "WARMSTART=1); by default a shipped checkpoint there is the start of every run")
+    ap.add_argument("--checkpoint", default=None, metavar="DIR",
+                    help="the shipped warm-start checkpoint every run starts from (default "
+                         "baselines/checkpoints/<preset>/; e.g. a preset of longer runs from another preset's "
+                         "checkpoint); --rebuild-warmstart ships its build there")
     ap.add_argument("--two-stage", action="store_true",
                     help="the paper's protocol: per seed, stage 1 co-trains both agents (the preset's mgrpo_stage1.yaml), the "
                          "hard filter scores that system, and every stage-2 arm starts from the stage-1 checkpoint "
@@ -234,7 +239,11 @@ def main(argv: list[str] | None = None) -> int:
 
     ws_dir = out / "warmstart"
     ws_config = preset_dir / "warmstart.yaml"
-    shipped = CHECKPOINTS / args.preset
+    shipped = Path(args.checkpoint).resolve() if args.checkpoint else CHECKPOINTS / args.preset
+    if args.checkpoint and not (shipped / PROVENANCE_FILE).is_file() and not args.rebuild_warmstart:
+        print(f"error: --checkpoint {args.checkpoint}: no {PROVENANCE_FILE} there (a folder written by python -m harness "
+              "warmstart --ship DIR); pass --rebuild-warmstart to build one into it", file=sys.stderr)
+        return 2
     use_shipped = (shipped / PROVENANCE_FILE).is_file() and not args.rebuild_warmstart
     estimate_min = None
     if args.budget_min is not None:

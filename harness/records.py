@@ -93,6 +93,11 @@ PROVENANCE_FILE = "provenance.json"
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
 EVAL_DIR = "eval"
+#: In-distribution evaluation records (``eval.train_tasks``: training questions, before and after RL), kept apart
+#: from the held-out ones so that no held-out table or claim ever mixes them in.
+EVAL_TRAIN_DIR = "eval_train"
+#: Folder of each evaluation split: ``test`` (held-out tasks, every table and claim) and ``train`` (in-distribution).
+SPLIT_DIRS = {"test": EVAL_DIR, "train": EVAL_TRAIN_DIR}
 
 DEFAULT_PACKAGES = (
     "mgrpo-harness", "torch", "transformers", "trl", "accelerate", "datasets", "peft",
@@ -667,9 +672,15 @@ class RunPaths:
     def eval_dir(self) -> Path:
         return self.root / EVAL_DIR
 
+    def split_dir(self, split: str) -> Path:
+        """The evaluation records of ``split`` (``test``: ``eval/``, ``train``: ``eval_train/``)."""
+        if split not in SPLIT_DIRS:
+            raise ValueError(f"evaluation split must be one of {sorted(SPLIT_DIRS)}, got {split!r}")
+        return self.root / SPLIT_DIRS[split]
+
     def role_dir(self, role: str) -> Path:
         _check_component(role, "role")
-        if role == EVAL_DIR:
+        if role in SPLIT_DIRS.values():
             raise ValueError(f"role name {role!r} is reserved for evaluation records")
         return self.root / role
 
@@ -679,26 +690,27 @@ class RunPaths:
     def checkpoints(self, role: str) -> Path:
         return self.role_dir(role) / "checkpoints"
 
-    def eval_file(self, step: int, benchmark: str) -> Path:
+    def eval_file(self, step: int, benchmark: str, split: str = "test") -> Path:
         _check_component(benchmark, "benchmark")
         if not isinstance(step, int) or step < 0:
             raise ValueError(f"eval step must be a non-negative int, got {step!r}")
-        return self.eval_dir / str(step) / f"{benchmark}.jsonl"
+        return self.split_dir(split) / str(step) / f"{benchmark}.jsonl"
 
     def roles(self) -> list[str]:
         """Roles that wrote a metrics file, sorted (planner first)."""
         if not self.root.is_dir():
             return []
         found = [d.name for d in self.root.iterdir()
-                 if d.is_dir() and d.name != EVAL_DIR and (d / METRICS_FILE).is_file()]
+                 if d.is_dir() and d.name not in SPLIT_DIRS.values() and (d / METRICS_FILE).is_file()]
         return sorted(found, key=lambda r: (ROLES.index(r) if r in ROLES else len(ROLES), r))
 
-    def eval_files(self) -> list[tuple[int, str, Path]]:
-        """``(step, benchmark, path)`` for every eval file, sorted by step then benchmark."""
+    def eval_files(self, split: str = "test") -> list[tuple[int, str, Path]]:
+        """``(step, benchmark, path)`` for every eval file of ``split``, sorted by step then benchmark."""
         out: list[tuple[int, str, Path]] = []
-        if not self.eval_dir.is_dir():
+        root = self.split_dir(split)
+        if not root.is_dir():
             return out
-        for d in self.eval_dir.iterdir():
+        for d in root.iterdir():
             if not d.is_dir():
                 continue
             try:
@@ -744,9 +756,10 @@ def append_step(run_dir: str | os.PathLike[str], record: StepRecord) -> Path:
     return path
 
 
-def append_task(run_dir: str | os.PathLike[str], record: TaskRecord) -> Path:
-    """Append a task record to ``<run_dir>/eval/<step>/<benchmark>.jsonl``; returns the file."""
-    path = RunPaths(Path(run_dir)).eval_file(record.step, record.benchmark)
+def append_task(run_dir: str | os.PathLike[str], record: TaskRecord, split: str = "test") -> Path:
+    """Append a task record to ``<run_dir>/eval/<step>/<benchmark>.jsonl`` (``split="train"``: ``eval_train/``, the
+    in-distribution evaluation); returns the file."""
+    path = RunPaths(Path(run_dir)).eval_file(record.step, record.benchmark, split)
     append_jsonl(path, to_dict(record))
     return path
 

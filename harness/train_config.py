@@ -324,12 +324,18 @@ class EvalConfig:
                            "accuracy is their mean and the report shows their spread (the paper averages 3)")
     temperature: float | None = help_field(None, "sampling temperature of the evaluation runs (null = "
                                            "rollout.temperature; 0 = greedy, which needs runs: 1)")
+    train_tasks: int = help_field(0, "training tasks per benchmark style (the first of each style, in selection "
+                                  "order) also evaluated, like the test tasks, before training and after the last "
+                                  "step: in-distribution accuracy before and after RL, which the report shows next "
+                                  "to the held-out accuracy (records in <run>/eval_train/<step>/; 0 = none)")
 
     def validate(self) -> None:
         if self.every < 0 or self.n_tasks < 1:
             raise ConfigError("eval.every must be >= 0 and eval.n_tasks >= 1")
         if self.runs < 1:
             raise ConfigError(f"eval.runs={self.runs} must be >= 1 (independent inference runs per evaluation)")
+        if self.train_tasks < 0:
+            raise ConfigError(f"eval.train_tasks={self.train_tasks} must be >= 0 (0 = no in-distribution evaluation)")
         if self.temperature is not None and self.temperature < 0:
             raise ConfigError(f"eval.temperature={self.temperature} must be >= 0 or null")
         if self.temperature == 0 and self.runs > 1:

@@ -128,6 +128,7 @@ def _summary(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Options) ->
         "claims": [{**{k: v for k, v in c.__dict__.items() if k != "comparisons"},
                     "comparisons": [dict(x.__dict__) for x in c.comparisons]} for c in an.claims],
         "caveats": [dict(c.__dict__) for c in an.caveats],
+        "in_distribution": [dict(r.__dict__) for r in an.in_distribution],
         "skipped": [{"folder": name, "why": why} for name, why in ds.skipped],
         "collapses": [dict(c.__dict__) for c in an.collapses],
         "n_series_checked": an.n_series_checked,

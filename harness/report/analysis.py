@@ -165,6 +165,26 @@ class Caveat:
 
 
 @dataclass
+class InDistributionRow:
+    """In-distribution accuracy of one arm on one benchmark (``eval.train_tasks``): the training questions before
+    training (step 0) and after the run's last step, per run the mean over tasks and inference runs."""
+
+    benchmark: str
+    arm: str
+    n_seeds: int
+    seeds: list[int | None]
+    before: float
+    """Mean over runs of the step-0 accuracy."""
+    after: float
+    """Mean over runs of the accuracy at the run's last in-distribution evaluation."""
+    diff_mean: float
+    diff_std: float
+    """Sample std (ddof = 1) over runs of after - before; nan with one run."""
+    n_tasks: tuple[int, int]
+    final_steps: tuple[int, int]
+
+
+@dataclass
 class Analysis:
     accuracy: list[AccuracyCell]
     claims: list[Claim]
@@ -175,6 +195,7 @@ class Analysis:
     run_acc: pd.DataFrame
     """Accuracy per run_id, arm, seed, step, benchmark (mean over tasks) and n_tasks."""
     caveats: list[Caveat] = field(default_factory=list)
+    in_distribution: list[InDistributionRow] = field(default_factory=list)
 
 
 DIAG_COLUMNS = ("reward_mean", "clip_ratio", "entropy", "grad_norm", "kl", "frac_zero_std_groups",
@@ -194,7 +215,7 @@ def analyse(ds: Dataset, *, smooth: float, collapse_margin: float, seed: int = 0
     collapses, n_checked = find_collapses(ds, run_acc, margin=collapse_margin, alpha=smooth)
     return Analysis(accuracy=acc, claims=claims, collapses=collapses, n_series_checked=n_checked,
                     diagnostics=diagnostics(ds), sub_calls=sub_calls_hists(ds), run_acc=run_acc,
-                    caveats=cav)
+                    caveats=cav, in_distribution=in_distribution(ds))
 
 
 def caveats(ds: Dataset) -> list[Caveat]:
@@ -243,6 +264,47 @@ def run_accuracy(ds: Dataset) -> pd.DataFrame:
     seed_of = {r.run_id: r.seed for r in ds.runs}
     out["arm"] = out["run_id"].map(arm_of)
     out["seed"] = out["run_id"].map(seed_of)
+    return out
+
+
+def in_distribution(ds: Dataset) -> list[InDistributionRow]:
+    """Per arm and benchmark, the in-distribution accuracy before (step 0) and after (each run's last evaluated
+    step) training, over the runs that are not failed and hold both; a task missing from an inference run counts
+    as incorrect, as in :func:`accuracy_table`."""
+    ev = ds.indist
+    if not len(ev):
+        return []
+    failed = {r.run_id for r in ds.runs if r.failed}
+    runs = {r.run_id: r for r in ds.runs}
+
+    def acc(rows: pd.DataFrame) -> float:
+        return float(rows.pivot_table(index="inference_run", columns="task_id", values="correct", aggfunc="mean",
+                                      fill_value=0.0).to_numpy(float).mean())
+
+    out: list[InDistributionRow] = []
+    for bench in sorted(ev["benchmark"].unique()):
+        eb = ev[ev["benchmark"] == bench]
+        for arm in ds.arms():
+            ea = eb[eb["arm"] == arm]
+            befores, afters, sizes, steps, seeds = [], [], [], [], []
+            for rid in sorted(ea["run_id"].unique(), key=lambda r: (runs[r].seed is None, runs[r].seed, r)):
+                er = ea[ea["run_id"] == rid]
+                last = int(er["step"].max())
+                if rid in failed or last == 0 or not (er["step"] == 0).any():
+                    continue
+                befores.append(acc(er[er["step"] == 0]))
+                afters.append(acc(er[er["step"] == last]))
+                sizes.append(int(er.loc[er["step"] == last, "task_id"].nunique()))
+                steps.append(last)
+                seeds.append(runs[rid].seed)
+            if not befores:
+                continue
+            diffs = [a - b for a, b in zip(afters, befores)]
+            d_mean, d_std = stats.mean_std(diffs)
+            out.append(InDistributionRow(
+                benchmark=bench, arm=arm, n_seeds=len(befores), seeds=seeds, before=float(np.mean(befores)),
+                after=float(np.mean(afters)), diff_mean=d_mean, diff_std=d_std, n_tasks=(min(sizes), max(sizes)),
+                final_steps=(min(steps), max(steps))))
     return out
 
 

@@ -44,6 +44,8 @@ STEP_COLUMNS = (
     "sub_calls_mean", "sub_calls_p99", "align_duplicated", "align_dropped", "rollout_s",
     "train_s", "wait_s", "policy_version", "stale_trajectories", "dropped_stale", "peak_rss_mib", "peak_gpu_mib",
 )
+#: Columns of the task-record frames (``Dataset.evals`` and ``Dataset.indist``) before ``arm`` is added.
+EVAL_COLUMNS = ("run_id", "seed", "step", "benchmark", "task_id", "inference_run", "correct", "n_sub_calls", "error")
 
 ARM_ORDER = ("single_agent", "frozen_sub", "mgrpo", "mgrpo[alignment=none]")
 SUB_TRAINERS = ("mgrpo",)
@@ -109,6 +111,9 @@ class Dataset:
     n_sub_calls, error."""
     skipped: list[tuple[str, str]] = field(default_factory=list)
     """(folder, why) for each sub-folder of the runs folder that was not read as a run."""
+    indist: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """The in-distribution evaluation (``eval.train_tasks``: training questions before and after RL,
+    ``eval_train/<step>/<benchmark>.jsonl``), with the columns of ``evals``; never part of a held-out table."""
 
     def arms(self) -> list[str]:
         return sort_arms({r.arm for r in self.runs})
@@ -153,23 +158,27 @@ def load(runs_dir: str | Path) -> Dataset:
     runs: list[RunInfo] = []
     step_cols: dict[str, list[Any]] = {k: [] for k in ("run_id", "role", "seed", "step", "time",
                                                        *STEP_COLUMNS)}
-    ev_cols: dict[str, list[Any]] = {k: [] for k in ("run_id", "seed", "step", "benchmark", "task_id",
-                                                     "inference_run", "correct", "n_sub_calls", "error")}
+    ev_cols: dict[str, list[Any]] = {k: [] for k in EVAL_COLUMNS}
+    in_cols: dict[str, list[Any]] = {k: [] for k in EVAL_COLUMNS}
     for rp in paths:
-        info = _load_run(rp, step_cols, ev_cols)
+        info = _load_run(rp, step_cols, ev_cols, in_cols)
         runs.append(info)
 
     steps = pd.DataFrame(step_cols)
     evals = pd.DataFrame(ev_cols)
+    indist = pd.DataFrame(in_cols)
     arm_of = {r.run_id: r.arm for r in runs}
     seed_of = {r.run_id: r.seed for r in runs}
-    for df in (steps, evals):
+    for df in (steps, evals, indist):
         df["arm"] = df["run_id"].map(arm_of)
         # The run's seed (provenance) wins over the per-record field for grouping.
         df["seed"] = df["run_id"].map(seed_of).fillna(df["seed"]) if len(df) else df["seed"]
     if len(evals):
         evals = evals.drop_duplicates(["run_id", "step", "benchmark", "task_id", "inference_run"], keep="last")
         evals["correct"] = evals["correct"].astype(float)
+    if len(indist):
+        indist = indist.drop_duplicates(["run_id", "step", "benchmark", "task_id", "inference_run"], keep="last")
+        indist["correct"] = indist["correct"].astype(float)
     if len(steps):
         steps = steps.sort_values(["run_id", "role", "step"], kind="stable").reset_index(drop=True)
         for c in STEP_COLUMNS:
@@ -178,7 +187,7 @@ def load(runs_dir: str | Path) -> Dataset:
     _flag_short(runs)
     _flag_sub_training(runs)
     return Dataset(runs_dir=root, runs=runs, steps=steps, evals=evals.reset_index(drop=True),
-                   skipped=skipped)
+                   skipped=skipped, indist=indist.reset_index(drop=True))
 
 
 def skipped_folders(root: Path, runs: list[rec.RunPaths]) -> list[tuple[str, str]]:
@@ -215,7 +224,7 @@ def _holds_runs(d: Path, depth: int = 2) -> Path | None:
 
 
 def _load_run(rp: rec.RunPaths, step_cols: dict[str, list[Any]],
-              ev_cols: dict[str, list[Any]]) -> RunInfo:
+              ev_cols: dict[str, list[Any]], in_cols: dict[str, list[Any]]) -> RunInfo:
     notes: list[str] = []
     prov: dict[str, Any] | None = None
     if rp.provenance.is_file():
@@ -264,34 +273,10 @@ def _load_run(rp: rec.RunPaths, step_cols: dict[str, list[Any]],
             info.sub_calls_hist = (hist if info.sub_calls_hist is None
                                    else _add_hist(info.sub_calls_hist, hist))
 
-    eval_steps: set[int] = set()
-    benchmarks: set[str] = set()
-    for step, bench, path in rp.eval_files():
-        # Without transcripts: the tables need none, and decoding them would dominate the reading
-        # time (harness.report.examples reads the few it shows).
-        res = rec.read_tasks(path, tolerate_truncated_tail=True, transcripts=False)
-        _note_read(info, res, str(path.relative_to(rp.root)))
-        for r in res.records:
-            if r.step != step or r.benchmark != bench:
-                raise rec.RecordError(
-                    f"{path}: holds a record for step {r.step} / benchmark {r.benchmark!r} "
-                    f"(task {r.task_id!r}); records belong in eval/<step>/<benchmark>.jsonl")
-            ev_cols["run_id"].append(rp.run_id)
-            ev_cols["seed"].append(r.seed)
-            ev_cols["step"].append(r.step)
-            ev_cols["benchmark"].append(r.benchmark)
-            ev_cols["task_id"].append(r.task_id)
-            ev_cols["inference_run"].append(r.inference_run or 0)  # None: the only run
-            ev_cols["correct"].append(bool(r.correct))
-            ev_cols["n_sub_calls"].append(r.n_sub_calls)
-            ev_cols["error"].append(r.error)
-            rec_trainers.add(r.trainer)
-            rec_seeds.add(r.seed)
-        if res.records:
-            eval_steps.add(step)
-            benchmarks.add(bench)
+    eval_steps, benchmarks = _read_eval_split(rp, info, ev_cols, "test", rec_trainers, rec_seeds)
     info.eval_steps = sorted(eval_steps)
     info.benchmarks = sorted(benchmarks)
+    _read_eval_split(rp, info, in_cols, "train", rec_trainers, rec_seeds)
 
     trainer = (prov or {}).get("trainer")
     if not trainer:
@@ -318,6 +303,40 @@ def _load_run(rp: rec.RunPaths, step_cols: dict[str, list[Any]],
         err = status.get("error")
         notes.append("run failed" + (f": {err}" if err else ""))
     return info
+
+
+def _read_eval_split(rp: rec.RunPaths, info: RunInfo, cols: dict[str, list[Any]], split: str,
+                     rec_trainers: set[str], rec_seeds: set[int]) -> tuple[set[int], set[str]]:
+    """Append the task records of one evaluation split (``test``: eval/, ``train``: eval_train/) to ``cols``;
+    returns the steps and benchmarks that hold records."""
+    eval_steps: set[int] = set()
+    benchmarks: set[str] = set()
+    folder = rec.SPLIT_DIRS[split]
+    for step, bench, path in rp.eval_files(split):
+        # Without transcripts: the tables need none, and decoding them would dominate the reading
+        # time (harness.report.examples reads the few it shows).
+        res = rec.read_tasks(path, tolerate_truncated_tail=True, transcripts=False)
+        _note_read(info, res, str(path.relative_to(rp.root)))
+        for r in res.records:
+            if r.step != step or r.benchmark != bench:
+                raise rec.RecordError(
+                    f"{path}: holds a record for step {r.step} / benchmark {r.benchmark!r} "
+                    f"(task {r.task_id!r}); records belong in {folder}/<step>/<benchmark>.jsonl")
+            cols["run_id"].append(rp.run_id)
+            cols["seed"].append(r.seed)
+            cols["step"].append(r.step)
+            cols["benchmark"].append(r.benchmark)
+            cols["task_id"].append(r.task_id)
+            cols["inference_run"].append(r.inference_run or 0)  # None: the only run
+            cols["correct"].append(bool(r.correct))
+            cols["n_sub_calls"].append(r.n_sub_calls)
+            cols["error"].append(r.error)
+            rec_trainers.add(r.trainer)
+            rec_seeds.add(r.seed)
+        if res.records:
+            eval_steps.add(step)
+            benchmarks.add(bench)
+    return eval_steps, benchmarks
 
 
 def _add_hist(a: np.ndarray, b: np.ndarray) -> np.ndarray:

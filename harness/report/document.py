@@ -164,6 +164,22 @@ def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Optio
         doc.add(Para("No eval records (eval/<step>/<benchmark>.jsonl) in any run: no accuracy "
                      "table. Evaluate with pytest benchmarks/ --trainer=<name>."))
 
+    if an.in_distribution:
+        doc.add(Heading(2, "In-distribution accuracy (training questions), before and after"))
+        doc.add(Table(
+            ["benchmark", "trainer", "before (step 0)", "after (last step)", "after - before (mean ± std)",
+             "tasks", "seeds", "final step"],
+            [[r.benchmark, r.arm, f3(r.before), f3(r.after),
+              f"{signed(r.diff_mean)} ± {f3(r.diff_std)}" if r.diff_std == r.diff_std else signed(r.diff_mean),
+              _range(*r.n_tasks), f"{r.n_seeds} ({', '.join(str(x) for x in r.seeds)})", _range(*r.final_steps)]
+             for r in an.in_distribution]))
+        doc.add(Para("The first eval.train_tasks training questions of each style, evaluated like the held-out tasks "
+                     "before training and after the last step (records in eval_train/<step>/<benchmark>.jsonl): "
+                     "whether RL learned what it trained on, as tests/harness/test_rl_works.py measures it. These "
+                     "questions are never part of the held-out accuracy above or of any verdict; per run the mean "
+                     "over tasks and inference runs, then the mean (and the sample std of after - before) over "
+                     "seeds; failed runs excluded."))
+
     # -- curves
     doc.add(Heading(1, "Stability curves"))
     doc.add(Fig(fig["accuracy_curves"]), Fig(fig["reward_curves"]))

@@ -22,6 +22,9 @@ Decisions where the paper is silent:
   ``eval.temperature``, K = 1, through the same sub-agent service, and writes one task record per task and run
   to ``<run>/eval/<step>/local_<style>.jsonl``. On resume from step ``c`` the records of later steps
   are dropped; an evaluation of step ``c`` that a kill cut is redone whole with step ``c``'s weights.
+- With ``eval.train_tasks`` the same evaluation also runs on the first training tasks of each style before
+  training and after the last step (in-distribution accuracy before and after RL, as
+  ``tests/harness/test_rl_works.py`` measures it), into ``<run>/eval_train/<step>/``, resumed the same way.
 """
 
 from __future__ import annotations
@@ -164,10 +167,11 @@ class PlannerRollout:
 
 # ------------------------------------------------------------------------------ evaluation
 def run_eval(cfg: TrainConfig, run_dir: Path, rollout: PlannerRollout, eval_tasks: list[dict[str, Any]],
-             step: int) -> int:
+             step: int, split: str = "test") -> int:
     """``eval.runs`` independent inference runs (K = 1, sampled at ``eval.temperature``, run ``r`` seeded
     ``eval_seed(cfg, step, r)``) of the eval tasks with the current policies -> one task record per task and
-    run (docs/evaluation.md, docs/report.md); returns the number of records."""
+    run (docs/evaluation.md, docs/report.md); returns the number of records. ``split="train"``: the
+    in-distribution evaluation of training tasks (``eval.train_tasks``), recorded under ``eval_train/``."""
     if not eval_tasks:
         return 0
     # One answer matcher per benchmark name: the records are named local_<style>, so they are scored by that
@@ -178,7 +182,8 @@ def run_eval(cfg: TrainConfig, run_dir: Path, rollout: PlannerRollout, eval_task
                    max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens)
     for run in range(cfg.eval.runs):
         seed = eval_seed(cfg, step, run)
-        queries = [Query(f"{EVAL_PREFIX}{step}/{run}/{task_key(t)}", rollout.question(t)) for t in eval_tasks]
+        prefix = EVAL_PREFIX if split == "test" else f"{EVAL_PREFIX}{split}/"
+        queries = [Query(f"{prefix}{step}/{run}/{task_key(t)}", rollout.question(t)) for t in eval_tasks]
         t0 = time.perf_counter()
         res = rollout.run(queries, ecfg, seed=seed, step=step)
         latency = (time.perf_counter() - t0) / max(1, len(eval_tasks))
@@ -194,7 +199,8 @@ def run_eval(cfg: TrainConfig, run_dir: Path, rollout: PlannerRollout, eval_task
                 verdict=verdict.verdict,
                 error=None if pred is not None else f"no answer ({traj.end_reason})", n_turns=traj.n_turns,
                 n_sub_calls=len(ep.sub_results), n_tokens=traj.n_model_tokens, latency_s=round(latency, 4),
-                inference_run=run, temperature=temperature, sample_seed=seed, transcript=episode_transcript(ep)))
+                inference_run=run, temperature=temperature, sample_seed=seed, transcript=episode_transcript(ep)),
+                split)
     return len(eval_tasks) * cfg.eval.runs
 
 
@@ -209,16 +215,29 @@ def is_eval_step(cfg: TrainConfig, step: int) -> bool:
     return bool(cfg.eval.every) and (step % cfg.eval.every == 0 or step == cfg.planner_steps)
 
 
-def _local_eval_files(run_dir: Path) -> list[tuple[int, Path]]:
-    """``(step, file)`` of the planner role's own evaluation records (``eval/<step>/local_<style>.jsonl``)."""
-    return [(step, path) for step, bench, path in RunPaths(run_dir).eval_files() if bench.startswith("local_")]
+def is_train_eval_step(cfg: TrainConfig, step: int) -> bool:
+    """Whether ``eval.train_tasks`` asks for the in-distribution evaluation of ``step``'s policy (before training
+    and after the last step)."""
+    return cfg.eval.train_tasks > 0 and step in (0, cfg.planner_steps)
 
 
-def eval_complete(run_dir: Path, step: int, eval_tasks: list[dict[str, Any]], runs: int = 1) -> bool:
+def in_distribution_tasks(cfg: TrainConfig, train: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first ``eval.train_tasks`` training tasks of each benchmark style, in selection order."""
+    return [t for b in cfg.tasks.benchmarks for t in [x for x in train if benchmark_of(x) == b][:cfg.eval.train_tasks]]
+
+
+def _local_eval_files(run_dir: Path, split: str = "test") -> list[tuple[int, Path]]:
+    """``(step, file)`` of the planner role's own evaluation records (``eval/<step>/local_<style>.jsonl``; ``split``
+    ``train``: ``eval_train/``)."""
+    return [(step, path) for step, bench, path in RunPaths(run_dir).eval_files(split) if bench.startswith("local_")]
+
+
+def eval_complete(run_dir: Path, step: int, eval_tasks: list[dict[str, Any]], runs: int = 1,
+                  split: str = "test") -> bool:
     """Whether the evaluation of ``step`` holds exactly one record per evaluation task and inference run (none
     cut, none twice)."""
     got = []
-    for s, path in _local_eval_files(run_dir):
+    for s, path in _local_eval_files(run_dir, split):
         if s != step:
             continue
         try:
@@ -232,10 +251,10 @@ def eval_complete(run_dir: Path, step: int, eval_tasks: list[dict[str, Any]], ru
                                  for t in eval_tasks for run in range(runs))
 
 
-def drop_evals(run_dir: Path, which: Any) -> list[int]:
+def drop_evals(run_dir: Path, which: Any, split: str = "test") -> list[int]:
     """Delete the planner's evaluation records of the steps ``which(step)`` selects; returns those steps."""
     dropped = set()
-    for s, path in _local_eval_files(run_dir):
+    for s, path in _local_eval_files(run_dir, split):
         if which(s):
             path.unlink(missing_ok=True)
             dropped.add(s)
@@ -271,6 +290,7 @@ def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any
     reasoner = ReasonerClient.from_env() if cfg.tools.reasoner else None
     store.put_stat(PLANNER_DONE, None)  # a previous (killed) planner's signal does not count
     tasks, eval_tasks = run_tasks.by_id(), run_tasks.evals
+    train_evals = in_distribution_tasks(cfg, run_tasks.train)
     out_dir = run_dir / "planner" / "checkpoints"
     ckpt = last_checkpoint(out_dir) if resume else None  # complete checkpoints only
     done = checkpoint_step(ckpt) if ckpt else 0
@@ -299,6 +319,9 @@ def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any
         if is_eval_step(cfg, step):
             n = run_eval(cfg, run_dir, rollout, eval_tasks, step)
             print(f"[planner] eval at step {step}: {n} task records", flush=True)
+        if is_train_eval_step(cfg, step):
+            n = run_eval(cfg, run_dir, rollout, train_evals, step, split="train")
+            print(f"[planner] in-distribution eval at step {step}: {n} task records", flush=True)
 
     trainer = MGRPOTrainer(model, args=args, rollout_func=rollout, train_dataset=dataset, processing_class=tok,
                            callbacks=[make_step_recorder("planner", cfg, run_dir, stats, on_step)],
@@ -307,14 +330,21 @@ def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any
     main = trainer.accelerator.is_main_process
     if resume and main:  # the records after step `done` are redone: drop them (also with no checkpoint: done = 0)
         resume_records(run_dir, "planner", done, out_dir)
-        dropped = drop_evals(run_dir, lambda s: s > done)
-        if dropped:
-            print(f"[planner] resume from step {done}: dropped the evaluation records of steps {dropped}", flush=True)
-    if main and is_eval_step(cfg, done) and not eval_complete(run_dir, done, eval_tasks, cfg.eval.runs):
-        drop_evals(run_dir, lambda s: s == done)  # a cut evaluation is redone whole, never appended to
+        for split in ("test", "train"):
+            dropped = drop_evals(run_dir, lambda s: s > done, split)
+            if dropped:
+                print(f"[planner] resume from step {done}: dropped the {split} evaluation records of steps {dropped}",
+                      flush=True)
+    redo = [("test", eval_tasks)] if is_eval_step(cfg, done) else []
+    redo += [("train", train_evals)] if is_train_eval_step(cfg, done) else []
+    for split, split_tasks in redo if main else []:
+        if eval_complete(run_dir, done, split_tasks, cfg.eval.runs, split):
+            continue
+        drop_evals(run_dir, lambda s: s == done, split)  # a cut evaluation is redone whole, never appended to
         rollout.runtime.policy_version = done
-        n = run_eval(cfg, run_dir, rollout, eval_tasks, done)
-        print(f"[planner] eval at step {done}: {n} task records", flush=True)
+        n = run_eval(cfg, run_dir, rollout, split_tasks, done, split)
+        what = "eval" if split == "test" else "in-distribution eval"
+        print(f"[planner] {what} at step {done}: {n} task records", flush=True)
     finished = done >= cfg.planner_steps
     try:
         if finished:

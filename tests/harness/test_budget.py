@@ -8,7 +8,7 @@ import pytest
 
 from harness.budget import (
     SFT_OVERHEAD,
-    Calibration, EpisodeShape, calibrate, format_breakdown, padded_tokens, rollout_seconds,
+    Calibration, EpisodeShape, calibrate, format_breakdown, padded_tokens, rollout_seconds, run_seconds,
     warmstart_seconds,
 )
 
@@ -50,6 +50,23 @@ def test_rollout_seconds_by_hand():
     assert rollout_seconds(SHAPE, CAL, batch=16, max_new_tokens=96) == pytest.approx(expected)
     # a shorter turn limit caps the decode steps
     assert rollout_seconds(SHAPE, CAL, batch=16, max_new_tokens=10) < expected
+
+
+def test_the_sub_roles_optimizer_step_is_counted_whole_on_the_runs_critical_path():
+    """The planner's delegations wait for the sub role's optimizer step (``sub.serve: locked``; with ``snapshot`` the
+    sub role's steps bound the run instead, docs/performance.md), so mgrpo's steps cost the sub-agent's three passes
+    over its trajectories in full: make demo's mgrpo runs took 133 s against 82 s when it was counted half."""
+    from harness.experiment import CONFIGS
+    from harness.train_config import load_train_config
+
+    cfg = load_train_config(str(CONFIGS / "tiny-generalise" / "mgrpo.yaml"), [])
+    frozen = run_seconds(cfg, SHAPE, CAL, sub_trains=False, multi_agent=True)
+    mgrpo = run_seconds(cfg, SHAPE, CAL, sub_trains=True, multi_agent=True)
+    batch = cfg.planner_groups * cfg.k
+    capped = SHAPE.capped(cfg.rollout, multi_agent=True)
+    per_step = 3 * batch * capped.sub_calls * capped.sub_len * CAL.sft_s_per_token
+    assert mgrpo["steps_s"] - frozen["steps_s"] == pytest.approx(cfg.planner_steps * per_step)
+    assert mgrpo["eval_s"] == frozen["eval_s"] and mgrpo["startup_s"] == frozen["startup_s"]
 
 
 def test_from_examples_counts_model_tokens_per_turn():

@@ -92,6 +92,18 @@ def test_runs_start_from_the_shipped_checkpoint_unless_rebuilt(tmp_path, monkeyp
     ws = calls[0]
     assert "warmstart" in ws and ws[ws.index("--ship") + 1] == str(ship)
     assert f"models.planner={tmp_path / 'exp2' / 'warmstart' / 'planner'}" in calls[1]
+    # --checkpoint: another folder (e.g. a preset of longer runs from tiny's checkpoint); a folder without
+    # provenance is refused before anything runs
+    calls.clear()
+    assert experiment.main(["--preset", "tiny-generalise", "--seeds", "1", "--quick", "--arms", "mgrpo",
+                            "--checkpoint", str(ship), "--out", str(tmp_path / "exp4"),
+                            "--report", str(tmp_path / "rep4")]) == 0
+    (train,) = calls
+    assert f"models.planner={ship}" in train and f"models.sub={ship}" in train
+    calls.clear()
+    assert experiment.main(["--preset", "tiny", "--seeds", "1", "--quick", "--checkpoint", str(tmp_path / "none"),
+                            "--out", str(tmp_path / "exp5")]) == 2
+    assert "--checkpoint" in capsys.readouterr().err and not calls
     # a shipped checkpoint whose files changed is refused before anything runs
     (ship / "joint" / "config.json").write_text(json.dumps({"vocab_size": 11}))
     calls.clear()

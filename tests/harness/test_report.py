@@ -610,3 +610,47 @@ def test_accuracy_table_averages_inference_runs_and_reports_their_spread(tmp_pat
     assert sorted(run_acc["acc"]) == pytest.approx(sorted(per_seed)) and set(run_acc["n_tasks"]) == {4}
     md = build_report(Options(runs_dir=tmp_path / "runs", out_dir=tmp_path / "out", n_boot=100)).markdown.read_text()
     assert f"| 4 | 3 (± {spread:.3f}) | 2 (0, 1) |" in md
+
+
+def test_in_distribution_accuracy_before_and_after_is_its_own_table_and_never_held_out(tmp_path: Path):
+    """Issue 16: with ``eval.train_tasks`` a run also evaluates training questions before training and after its
+    last step (``eval_train/<step>/``); the report shows them before -> after per arm, by hand here, and keeps them
+    out of the held-out accuracy and the verdicts."""
+    from harness.records import TaskRecord, append_task
+
+    # mgrpo, 2 seeds: 4 training questions, 1 inference run; before / after outcomes by hand
+    before = {0: [1, 0, 0, 0], 1: [0, 0, 0, 0]}
+    after = {0: [1, 1, 1, 0], 1: [1, 0, 0, 0]}
+    for seed in (0, 1):
+        run_dir = tmp_path / "runs" / f"mgrpo-s{seed}"
+        for step, outcome in ((0, before[seed]), (6, after[seed])):
+            for t, ok in enumerate(outcome):
+                append_task(run_dir, TaskRecord(run_id=f"mgrpo-s{seed}", trainer="mgrpo", seed=seed, step=step,
+                                                benchmark="local_gaia", task_id=f"train{t}", correct=bool(ok)),
+                            split="train")
+            # the held-out evaluation: always 1 of 2
+            for t in range(2):
+                append_task(run_dir, TaskRecord(run_id=f"mgrpo-s{seed}", trainer="mgrpo", seed=seed, step=step,
+                                                benchmark="local_gaia", task_id=f"test{t}", correct=t == 0))
+    assert (tmp_path / "runs" / "mgrpo-s0" / "eval_train" / "6" / "local_gaia.jsonl").is_file()
+    ds = dataset.load(tmp_path / "runs")
+    assert set(ds.evals["task_id"]) == {"test0", "test1"}  # held-out records only
+    assert set(ds.indist["task_id"]) == {f"train{t}" for t in range(4)} and set(ds.indist["arm"]) == {"mgrpo"}
+    an = analysis.analyse(ds, smooth=0.5, collapse_margin=0.1, n_boot=100)
+    (cell,) = an.accuracy
+    assert cell.mean == pytest.approx(0.5)  # the training questions never enter the held-out accuracy
+    (row,) = an.in_distribution
+    assert (row.benchmark, row.arm, row.n_seeds, row.seeds) == ("local_gaia", "mgrpo", 2, [0, 1])
+    assert row.before == pytest.approx(np.mean([0.25, 0.0])) and row.after == pytest.approx(np.mean([0.75, 0.25]))
+    assert row.diff_mean == pytest.approx(0.375) and row.diff_std == pytest.approx(statistics.stdev([0.5, 0.25]))
+    assert row.n_tasks == (4, 4) and row.final_steps == (6, 6)
+    res = build_report(Options(runs_dir=tmp_path / "runs", out_dir=tmp_path / "out", n_boot=100))
+    md = res.markdown.read_text()
+    assert "## In-distribution accuracy (training questions), before and after" in md
+    assert "| local_gaia | mgrpo | 0.125 | 0.500 | +0.375 ± 0.177 | 4 | 2 (0, 1) | 6 |" in md
+    assert json.loads(res.json.read_text())["in_distribution"][0]["diff_mean"] == pytest.approx(0.375)
+    # a run without them: no such section
+    shutil.rmtree(tmp_path / "runs" / "mgrpo-s0" / "eval_train")
+    shutil.rmtree(tmp_path / "runs" / "mgrpo-s1" / "eval_train")
+    md = build_report(Options(runs_dir=tmp_path / "runs", out_dir=tmp_path / "out2", n_boot=100)).markdown.read_text()
+    assert "In-distribution accuracy" not in md

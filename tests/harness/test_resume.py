@@ -136,6 +136,38 @@ def test_eval_records_are_complete_only_with_one_record_per_task(tmp_path):
     assert not (tmp_path / "eval" / "0").exists()
 
 
+def test_in_distribution_evaluation_is_its_own_split_for_completeness_and_drops(tmp_path):
+    """``eval.train_tasks`` records live in eval_train/ (records.SPLIT_DIRS): complete, dropped and redone on their
+    own, never counted as the held-out evaluation of the same step."""
+    from harness.records import RunPaths, TaskRecord, append_task
+    from harness.role.planner import drop_evals, eval_complete, in_distribution_tasks, is_train_eval_step
+    from harness.train_config import load_train_config
+
+    tasks = [{"task_id": "t0", "Question": "?"}]
+    path = append_task(tmp_path, TaskRecord(run_id="r", trainer="mgrpo", seed=0, step=0, task_id="t0",
+                                            benchmark="local_gaia", correct=True), split="train")
+    assert path == tmp_path / "eval_train" / "0" / "local_gaia.jsonl"
+    assert eval_complete(tmp_path, 0, tasks, split="train") and not eval_complete(tmp_path, 0, tasks)
+    assert RunPaths(tmp_path).eval_files() == [] and len(RunPaths(tmp_path).eval_files("train")) == 1
+    with pytest.raises(ValueError, match="evaluation split"):
+        RunPaths(tmp_path).eval_files("dev")
+    with pytest.raises(ValueError, match="reserved"):
+        RunPaths(tmp_path).role_dir("eval_train")
+    append_task(tmp_path, TaskRecord(run_id="r", trainer="mgrpo", seed=0, step=0, task_id="t0",
+                                     benchmark="local_gaia", correct=True))
+    assert drop_evals(tmp_path, lambda s: s == 0, "train") == [0]
+    assert not (tmp_path / "eval_train" / "0").exists() and eval_complete(tmp_path, 0, tasks)
+    # which steps and which tasks: before training and after the last step, the first n of each style
+    preset = str(ROOT / "baselines" / "configs" / "tiny" / "mgrpo.yaml")
+    cfg = load_train_config(preset, ["eval.train_tasks=2", "planner.max_steps=6", "tasks.benchmarks=[gaia,xbench]"])
+    assert [s for s in range(8) if is_train_eval_step(cfg, s)] == [0, 6]
+    train = [{"task_id": f"g{i}", "Question": "?"} for i in range(3)] + [{"id": f"x{i}", "prompt": "?"} for i in range(3)]
+    assert [t.get("task_id") or t.get("id") for t in in_distribution_tasks(cfg, train)] == ["g0", "g1", "x0", "x1"]
+    assert not any(is_train_eval_step(load_train_config(preset, []), s) for s in range(8))  # default: none
+    with pytest.raises(Exception, match="eval.train_tasks=-1"):
+        load_train_config(preset, ["eval.train_tasks=-1"])
+
+
 def test_read_status_reports_a_dead_writer_as_failed(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

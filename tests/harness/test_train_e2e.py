@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["rollout.k=2", "planner.groups_per_step=2", "rollout.max_new_tokens=16", "rollout.planner_turns=2",
          "rollout.sub_turns=2", "alignment.d=2", "tasks.n_train=4", "tasks.n_test=1", "eval.every=2",
-         "eval.n_tasks=1", "eval.runs=2", "planner.save_steps=1", "store.group_timeout_s=120"]
+         "eval.n_tasks=1", "eval.runs=2", "eval.train_tasks=1", "planner.save_steps=1", "store.group_timeout_s=120"]
 
 
 def _train(tmp_path: Path, trainer: str, *extra: str, run_name: str = "run", timeout: float = 600):
@@ -80,6 +80,23 @@ def test_train_runs_roles_end_to_end(tmp_path, trainer):
         for f in files:
             recs = read_tasks(run / "eval" / str(step) / f).records
             assert [r.inference_run for r in recs] == [0, 1] and {(r.step, r.trainer) for r in recs} == {(step, trainer)}
+
+    # The in-distribution evaluation (eval.train_tasks=1): the first training task of each style, before training
+    # and after the last step only, in eval_train/ (never among the held-out records above).
+    from harness.role.tasks import task_key
+    from harness.world.schemas import benchmark_of
+
+    firsts: dict[str, str] = {}
+    for t in (json.loads(ln) for ln in (run / "tasks" / "train.jsonl").read_text().splitlines()):
+        firsts.setdefault(benchmark_of(t), task_key(t))
+    assert sorted(p.name for p in (run / "eval_train").iterdir()) == ["0", "2"]
+    for step in (0, 2):
+        recs = [r for f in sorted((run / "eval_train" / str(step)).glob("*.jsonl")) for r in read_tasks(f).records]
+        assert sorted((r.task_id, r.inference_run) for r in recs) == sorted((i, n) for i in firsts.values() for n in (0, 1))
+        assert {r.step for r in recs} == {step} and not {r.task_id for r in recs} & {
+            r.task_id for f in (run / "eval" / str(step)).glob("*.jsonl") for r in read_tasks(f).records}
+    assert (f"[planner] in-distribution eval at step 2: {2 * len(firsts)} task records"
+            in (run / "logs" / "planner.log").read_text())
 
     # The shared store holds the 4 query groups (2 steps x 2 queries), complete, with K=2 each.
     from mgrpo.store import open_store
