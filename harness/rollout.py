@@ -36,7 +36,7 @@ import hashlib
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from harness.agents.parsing import FinalAnswer, FormatError, ToolCall, parse_turn
@@ -115,6 +115,9 @@ class SubTask:
     call: int
     task: str
     context: str = ""
+    temperature: float | None = None
+    """Sampling temperature of this call's sub-agent episode: the calling rollout's, so that an evaluation at
+    ``eval.temperature`` (0 = greedy) decodes both agents alike; None = the sub-agent engine's own."""
 
 
 @dataclass
@@ -336,16 +339,20 @@ class SubAgentEngine:
 
     def run(self, subtasks: Sequence[SubTask], stats: dict[str, float] | None = None) -> list[SubResult]:
         stats = stats if stats is not None else {}
+        temps = {s.temperature for s in subtasks if s.temperature is not None}
+        if len(temps) > 1 or any(t < 0 for t in temps):
+            raise ValueError(f"a sub-agent batch runs at one temperature >= 0, got {sorted(temps)}")
+        cfg = replace(self.cfg, temperature=temps.pop()) if temps else self.cfg
         self._batches += 1
         active = [
-            _start("sub_agent", self.runtime, s.task, s.context, self.cfg.sub_turns,
+            _start("sub_agent", self.runtime, s.task, s.context, cfg.sub_turns,
                    query_id=s.query_id, rollout=s.rollout, call=s.call)
             for s in subtasks
         ]
         turn = 0
         sub_stats: dict[str, float] = {}
         while not all(ep.done for ep in active):
-            generate_turns(active, self.cfg, _step_seed(self.seed, "sub", self._batches, turn), sub_stats)
+            generate_turns(active, cfg, _step_seed(self.seed, "sub", self._batches, turn), sub_stats)
             run_tools(active, self.toolbox, self._pool, sub_stats)
             turn += 1
         for key, value in sub_stats.items():
@@ -454,7 +461,8 @@ def _delegate(active: Sequence[_Active], client: SubAgentClient, cfg: RolloutCon
             ep.observe(render_error(f"delegation limit of {cfg.max_delegations} reached; give your final answer"))
             continue
         batch.append((i, SubTask(ep.traj.query_id, ep.traj.rollout, ep.delegations,
-                                 call.arguments.get("task", ""), call.arguments.get("context", ""))))
+                                 call.arguments.get("task", ""), call.arguments.get("context", ""),
+                                 temperature=cfg.temperature)))
         ep.delegations += 1
     if not batch:
         return

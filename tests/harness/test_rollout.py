@@ -20,6 +20,7 @@ from harness.rollout import (
     Query,
     RolloutConfig,
     SubAgentEngine,
+    SubTask,
     run_group,
 )
 from harness.subagent_service import HTTPSubAgentClient, SubAgentServer, SubAgentUnavailable
@@ -112,6 +113,38 @@ def test_group_batches_every_turn_per_model(tokenizer):
         assert (sub.query_id, sub.rollout, sub.call) == (t.query_id, t.rollout, 0)
         assert sub.result == "The founder is Marlow Vance" and sub.policy_version == 3
     assert len(res.sub_trajectories) == 8
+
+
+def test_the_sub_agent_decodes_at_the_calling_rollouts_temperature(tokenizer):
+    """An evaluation at eval.temperature 0 decodes the sub-agent greedily too, in process and over HTTP, whatever
+    the sub-agent engine's own rollout temperature (before 2026-12-06 it sampled at 1.0 under a greedy planner)."""
+
+    class Recording(ScriptedBackend):
+        def __init__(self, tok, policy):
+            super().__init__(tok, policy)
+            self.temperatures = []
+
+        def generate(self, prompts, *, temperature, **kw):
+            self.temperatures.append(temperature)
+            return super().generate(prompts, temperature=temperature, **kw)
+
+    engine_cfg = RolloutConfig(k=2, temperature=1.0)
+    sub_rt = AgentRuntime(Recording(tokenizer, sub_policy), tokenizer)
+    engine = SubAgentEngine(sub_rt, RecordingToolbox(), engine_cfg)
+    planner = AgentRuntime(ScriptedBackend(tokenizer, planner_policy), tokenizer)
+    greedy = RolloutConfig(k=1, temperature=0.0)
+    run_group([Query("q", "Who founded Ardent Labs?")], planner, greedy, sub_agent=InProcessSubAgent(engine))
+    assert sub_rt.backend.temperatures == [0.0, 0.0]
+    with SubAgentServer(engine) as server:
+        run_group([Query("q", "Who founded Ardent Labs?")], planner, greedy, sub_agent=HTTPSubAgentClient(server.url))
+        assert sub_rt.backend.temperatures[2:] == [0.0, 0.0]
+        run_group([Query("q", "Who?")], planner, engine_cfg, sub_agent=HTTPSubAgentClient(server.url))
+        assert sub_rt.backend.temperatures[4:] == [1.0, 1.0]
+    # a request without one (an older client) runs at the engine's own; one batch cannot mix temperatures
+    engine.run([SubTask("q", 0, 0, "find the founder of Ardent Labs")])
+    assert sub_rt.backend.temperatures[6:] == [1.0, 1.0]
+    with pytest.raises(ValueError, match="one temperature"):
+        engine.run([SubTask("q", 0, 0, "a", temperature=0.0), SubTask("q", 1, 0, "b", temperature=1.0)])
 
 
 def test_trajectory_masks_decode_to_generated_text(tokenizer):
