@@ -267,6 +267,13 @@ def run_accuracy(ds: Dataset) -> pd.DataFrame:
     return out
 
 
+def task_matrix(rows: pd.DataFrame) -> np.ndarray:
+    """One run's evaluation as inference runs x tasks of 0/1 (a task missing from an inference run counts as
+    incorrect)."""
+    return rows.pivot_table(index="inference_run", columns="task_id", values="correct", aggfunc="mean",
+                            fill_value=0.0).to_numpy(float)
+
+
 def in_distribution(ds: Dataset) -> list[InDistributionRow]:
     """Per arm and benchmark, the in-distribution accuracy before (step 0) and after (each run's last evaluated
     step) training, over the runs that are not failed and hold both; a task missing from an inference run counts
@@ -276,10 +283,6 @@ def in_distribution(ds: Dataset) -> list[InDistributionRow]:
         return []
     failed = {r.run_id for r in ds.runs if r.failed}
     runs = {r.run_id: r for r in ds.runs}
-
-    def acc(rows: pd.DataFrame) -> float:
-        return float(rows.pivot_table(index="inference_run", columns="task_id", values="correct", aggfunc="mean",
-                                      fill_value=0.0).to_numpy(float).mean())
 
     out: list[InDistributionRow] = []
     for bench in sorted(ev["benchmark"].unique()):
@@ -292,8 +295,8 @@ def in_distribution(ds: Dataset) -> list[InDistributionRow]:
                 last = int(er["step"].max())
                 if rid in failed or last == 0 or not (er["step"] == 0).any():
                     continue
-                befores.append(acc(er[er["step"] == 0]))
-                afters.append(acc(er[er["step"] == last]))
+                befores.append(float(task_matrix(er[er["step"] == 0]).mean()))
+                afters.append(float(task_matrix(er[er["step"] == last]).mean()))
                 sizes.append(int(er.loc[er["step"] == last, "task_id"].nunique()))
                 steps.append(last)
                 seeds.append(runs[rid].seed)
@@ -330,9 +333,7 @@ def accuracy_table(ds: Dataset, *, seed: int = 0, n_boot: int = 2000) -> list[Ac
                 cells.append(AccuracyCell(bench, arm, math.nan, math.nan, math.nan, math.nan, 0,
                                           [], [], [], (0, 0), (0, 0), n_failed))
                 continue
-            # per run: inference runs x tasks (0/1; a task missing from an inference run counts as incorrect)
-            per_run = [fa[fa["run_id"] == rid].pivot_table(index="inference_run", columns="task_id", values="correct",
-                                                           aggfunc="mean", fill_value=0.0).to_numpy(float) for rid in ok]
+            per_run = [task_matrix(fa[fa["run_id"] == rid]) for rid in ok]
             values = [float(a.mean()) for a in per_run]
             mean, std = stats.mean_std(values)
             draws = stats.bootstrap_seed_task(per_run, stats.cell_rng(seed, "acc", bench, arm), n_boot)

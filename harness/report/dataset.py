@@ -173,12 +173,7 @@ def load(runs_dir: str | Path) -> Dataset:
         df["arm"] = df["run_id"].map(arm_of)
         # The run's seed (provenance) wins over the per-record field for grouping.
         df["seed"] = df["run_id"].map(seed_of).fillna(df["seed"]) if len(df) else df["seed"]
-    if len(evals):
-        evals = evals.drop_duplicates(["run_id", "step", "benchmark", "task_id", "inference_run"], keep="last")
-        evals["correct"] = evals["correct"].astype(float)
-    if len(indist):
-        indist = indist.drop_duplicates(["run_id", "step", "benchmark", "task_id", "inference_run"], keep="last")
-        indist["correct"] = indist["correct"].astype(float)
+    evals, indist = _task_frame(evals), _task_frame(indist)
     if len(steps):
         steps = steps.sort_values(["run_id", "role", "step"], kind="stable").reset_index(drop=True)
         for c in STEP_COLUMNS:
@@ -303,6 +298,15 @@ def _load_run(rp: rec.RunPaths, step_cols: dict[str, list[Any]],
         err = status.get("error")
         notes.append("run failed" + (f": {err}" if err else ""))
     return info
+
+
+def _task_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Task records as the analysis reads them: one row per run, step, benchmark, task and inference run (the last
+    written wins), ``correct`` as 0.0/1.0."""
+    if len(df):
+        df = df.drop_duplicates(["run_id", "step", "benchmark", "task_id", "inference_run"], keep="last")
+        df["correct"] = df["correct"].astype(float)
+    return df
 
 
 def _read_eval_split(rp: rec.RunPaths, info: RunInfo, cols: dict[str, list[Any]], split: str,

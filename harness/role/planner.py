@@ -180,9 +180,9 @@ def run_eval(cfg: TrainConfig, run_dir: Path, rollout: PlannerRollout, eval_task
     temperature = cfg.eval_temperature
     ecfg = replace(cfg.rollout, k=1, temperature=temperature,
                    max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens)
+    prefix = EVAL_PREFIX if split == "test" else f"{EVAL_PREFIX}{split}/"
     for run in range(cfg.eval.runs):
         seed = eval_seed(cfg, step, run)
-        prefix = EVAL_PREFIX if split == "test" else f"{EVAL_PREFIX}{split}/"
         queries = [Query(f"{prefix}{step}/{run}/{task_key(t)}", rollout.question(t)) for t in eval_tasks]
         t0 = time.perf_counter()
         res = rollout.run(queries, ecfg, seed=seed, step=step)
