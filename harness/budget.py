@@ -19,7 +19,8 @@ preset's own scripted-expert demonstrations, which the warm-started policies imi
   turns of all delegated calls batched. Each turn batch costs one prefill of the new tokens plus
   ``tokens_per_turn`` decode steps (the longest turn of the batch sets the pace, hence a factor
   1.5 on the mean). An optimizer step costs about three passes over its trajectories (old
-  log-probabilities, forward and backward).
+  log-probabilities, forward and backward). The sub role's step adds to the planner's, except with
+  ``sub.serve: snapshot`` and ``sub.max_lag``, where the two overlap and a step costs the longer one.
 
 Deliberate simplifications: the estimate ignores tool latency (the world is local; direct fetch
 takes milliseconds) and assumes the roles of one run share the machine's cores; it is meant to be
@@ -227,17 +228,23 @@ def run_seconds(train_cfg: Any, shape: EpisodeShape, cal: Calibration, *, sub_tr
     shape = shape.capped(train_cfg.rollout, multi_agent=multi_agent)
     rollout = rollout_seconds(shape, cal, batch=batch, max_new_tokens=train_cfg.rollout.max_new_tokens)
     train = 3 * batch * shape.planner_len * cal.sft_s_per_token
+    per_step = rollout + train
     if sub_trains:
-        # The sub role's optimizer step is on the run's critical path: with `sub.serve: locked` (the default) the
-        # planner's delegations wait for it, and with `snapshot` the sub role's own steps bound the run instead
-        # (measured: the run is no faster; docs/performance.md). Counted whole, no overlap (it was counted half
-        # until 2026-12-06, when make demo's mgrpo runs took 133 s against 82 s estimated).
-        train += 3 * batch * shape.sub_calls * shape.sub_len * cal.sft_s_per_token
+        sub_train = 3 * batch * shape.sub_calls * shape.sub_len * cal.sft_s_per_token
+        if train_cfg.sub.serve == "snapshot" and train_cfg.sub.max_lag is not None:
+            # The sub role trains on step t's groups while the planner rolls out and trains step t+1 (its service
+            # answers from a copy of the weights), so a step costs the longer of the two (docs/performance.md).
+            per_step = max(per_step, sub_train)
+        else:
+            # On the critical path, counted whole: with `sub.serve: locked` the planner's delegations wait for it,
+            # and with `snapshot` unpaced the sub role's own steps bound the run (docs/performance.md; counted half
+            # until 2026-12-06, when make demo's mgrpo runs took 133 s against 82 s estimated).
+            per_step += sub_train
     n_evals = (steps // train_cfg.eval.every + 1) if train_cfg.eval.every else 0
     n_eval_tasks = train_cfg.eval.n_tasks * len(train_cfg.tasks.benchmarks) * train_cfg.eval.runs
     eval_s = n_evals * rollout_seconds(shape, cal, batch=n_eval_tasks,
                                        max_new_tokens=train_cfg.eval.max_new_tokens or train_cfg.rollout.max_new_tokens)
-    return {"startup_s": RUN_STARTUP_S, "steps_s": steps * (rollout + train), "eval_s": eval_s}
+    return {"startup_s": RUN_STARTUP_S, "steps_s": steps * per_step, "eval_s": eval_s}
 
 
 def format_breakdown(stages: dict[str, float]) -> str:

@@ -9,7 +9,8 @@ means when there are more (it pays for lazy initialisation). Written to ``<out>/
 
 Phases (``harness.role.common.time_split``, ``mgrpo.trainer.PHASES``):
 
-- planner: ``generate_s`` (its own generation), ``delegate_s`` (waiting on the sub-agent service over HTTP,
+- planner: ``sub_lag_wait_s`` (with ``sub.max_lag``: waiting for the sub role to catch up before the rollouts),
+  ``generate_s`` (its own generation), ``delegate_s`` (waiting on the sub-agent service over HTTP,
   the sub-agent's generation included), ``tool_s``, ``store_s``, the rest of the rollout (parsing,
   tokenising, rewards), then TRL's ``score_s``, ``forward_backward_s`` and ``optimizer_s``;
 - sub role: ``wait_s`` (waiting for complete groups in the store and for the service's lock), the rest of its rollout
@@ -37,7 +38,7 @@ from harness.records import read_steps
 ROOT = Path(__file__).resolve().parents[1]
 TRAINER_PHASES = ("score_s", "forward_backward_s", "optimizer_s")
 #: The rollout's parts each role measures (harness/role/planner.py, harness/role/sub.py).
-ROLLOUT_PARTS = {"planner": ("generate_s", "delegate_s", "tool_s", "store_s"), "sub": ("wait_s",)}
+ROLLOUT_PARTS = {"planner": ("sub_lag_wait_s", "generate_s", "delegate_s", "tool_s", "store_s"), "sub": ("wait_s",)}
 SERVICE = ("service_generate_s", "service_tool_s")
 #: Overrides of every profiling run: steps only (evaluation and checkpoints would land in ``other``).
 RUN_OVERRIDES = ("eval.every=0", "planner.save_steps=0", "sub.save_steps=0")
@@ -51,7 +52,7 @@ def role_profile(splits: list[dict[str, float]], shares: list[float | None]) -> 
 
     keys = sorted({k for s in splits for k in s})
     out: dict[str, Any] = {k: mean(k) for k in keys}
-    role_parts = [k for k in ("generate_s", "delegate_s", "tool_s", "store_s", "wait_s") if k in out]
+    role_parts = [k for k in ("sub_lag_wait_s", "generate_s", "delegate_s", "tool_s", "store_s", "wait_s") if k in out]
     out["rollout_other_s"] = max(0.0, out.get("rollout_s", 0.0) - sum(out[k] for k in role_parts))
     out["other_s"] = max(0.0, out["wall_s"] - out.get("rollout_s", 0.0) - sum(out.get(k, 0.0) for k in TRAINER_PHASES))
     known = [x for x in shares if x is not None]

@@ -147,17 +147,18 @@ class RoleTrainConfig:
     ``harness.role.mgrpo_args`` builds the role's :class:`mgrpo.trainer.MGRPOConfig` from this section.
     Forwarded to TRL under the same name: ``gradient_accumulation_steps``, ``learning_rate``,
     ``lr_scheduler_type``, ``warmup_steps``, ``weight_decay``, ``max_grad_norm``, ``loss_type``,
-    ``ratio_level``, ``old_logprobs``, ``epsilon``, ``epsilon_high``, ``beta``, ``bf16``, ``gradient_checkpointing`` and
-    ``save_steps`` (0 -> the role's max steps); ``vllm_url`` becomes ``use_vllm``/``vllm_mode="server"``/
+    ``ratio_level``, ``old_logprobs``, ``epsilon``, ``epsilon_high``, ``beta``, ``bf16``, ``gradient_checkpointing``,
+    ``unpadded_forward`` and ``save_steps`` (0 -> the role's max steps); ``vllm_url`` becomes ``use_vllm``/``vllm_mode="server"``/
     ``vllm_server_base_url``; ``trl`` is passed as extra keyword arguments, last. The harness's own:
     ``max_steps`` and ``groups_per_step`` (from which the role derives TRL's ``max_steps``,
     ``num_generations`` and ``per_device_train_batch_size``), ``num_processes`` (checked against
-    ``WORLD_SIZE``), ``advantage_fn`` (given to the trainer) and ``max_staleness`` (sub role: the
-    ``loss_weight`` of a sub-trajectory staler than that). Defaults that differ from TRL's are the
+    ``WORLD_SIZE``), ``advantage_fn`` (given to the trainer), ``max_staleness`` (sub role: the
+    ``loss_weight`` of a sub-trajectory staler than that), ``max_lag`` (sub role: how far the planner may run ahead
+    of it) and ``serve`` (sub role: how its service answers during a step). Defaults that differ from TRL's are the
     harness's choice: ``lr_scheduler_type="constant"``, ``save_steps=0``.
 
-    ``ratio_level``, ``loss_type``, ``epsilon_high``, ``bf16`` and ``gradient_checkpointing`` are also
-    declared by ``MGRPOConfig``: both classes take default, help text and choices from
+    ``ratio_level``, ``loss_type``, ``old_logprobs``, ``epsilon_high``, ``bf16``, ``gradient_checkpointing`` and
+    ``unpadded_forward`` are also declared by ``MGRPOConfig``: both classes take default, help text and choices from
     :data:`mgrpo.options.OPTIONS` (one declaration, free of torch and TRL, so loading a config stays light).
     """
 
@@ -179,6 +180,12 @@ class RoleTrainConfig:
                                            "versions before the step that trains it is left out of the loss (it "
                                            "stays in its group for the advantages); counted in the step records "
                                            "(stale_trajectories, dropped_stale, corrected); null = no bound")
+    max_lag: int | None = help_field(None, "sub role (paces the planner): before each step's rollouts the planner waits "
+                                     "until the sub role is at most this many optimizer steps behind it, unless the "
+                                     "sub role has taken every complete group (it waits for the planner then); so no "
+                                     "sub-trajectory trains more than max_lag policy versions after the one that "
+                                     "generated it (with sub.groups_per_step equal to the planner's); the wait is the "
+                                     "planner's sub_lag_wait_s; null = no pacing (docs/training.md, 'Staleness')")
     serve: Literal["locked", "snapshot"] = help_field(
         "locked", "sub role: how its service answers the planner while the sub-agent trains; locked = requests wait "
         "for the optimizer step to end (every episode on the newest weights); snapshot = from a copy of the weights, "
@@ -190,6 +197,7 @@ class RoleTrainConfig:
     save_steps: int = help_field(0, "save a checkpoint every N steps (0 = only at the end)")
     bf16: bool | None = option_field("bf16")
     gradient_checkpointing: bool | None = option_field("gradient_checkpointing")
+    unpadded_forward: bool | None = option_field("unpadded_forward")
     vllm_url: str | None = help_field(None, "generate with a `trl vllm-serve` server at this URL (TRL syncs "
                                       "the weights into it); null = in-process hf backend")
     advantage_fn: str = help_field(
@@ -217,6 +225,8 @@ class RoleTrainConfig:
             raise ConfigError(f"old_logprobs={self.old_logprobs!r}: choose one of {OLD_LOGPROBS}")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ConfigError(f"max_staleness={self.max_staleness} must be >= 0 (policy versions) or null")
+        if self.max_lag is not None and self.max_lag < 0:
+            raise ConfigError(f"max_lag={self.max_lag} must be >= 0 (policy versions) or null")
         if self.serve not in ("locked", "snapshot"):
             raise ConfigError(f"serve={self.serve!r}: choose 'locked' or 'snapshot'")
         if self.serve == "snapshot" and self.vllm_url:
@@ -457,6 +467,11 @@ class TrainConfig:
                     f"query groups, but the planner produces only planner.max_steps * planner.groups_per_step = "
                     f"{self.planner_steps} * {self.planner_groups} = {produced}; lower sub.max_steps (or leave it "
                     "null to follow the planner)")
+            if self.sub.max_lag is not None and self.sub_groups != self.planner_groups:
+                raise ConfigError(
+                    f"sub.max_lag={self.sub.max_lag} counts the sub role's steps against the planner's, one group set "
+                    f"each, but sub.groups_per_step={self.sub_groups} differs from planner.groups_per_step="
+                    f"{self.planner_groups}; leave sub.groups_per_step null (or equal) or set sub.max_lag to null")
         if self.tasks.limit is not None and self.tasks.limit < self.planner_groups:
             raise ConfigError(f"tasks.limit={self.tasks.limit} is smaller than planner.groups_per_step="
                               f"{self.planner_groups}: one step needs that many distinct queries")

@@ -2,8 +2,8 @@
 
 :class:`mgrpo.trainer.MGRPOConfig` (TRL's side) and the harness's per-role config
 (``harness.train_config.RoleTrainConfig``, which ``harness.role.mgrpo_args`` forwards to
-``MGRPOConfig``) both have the fields ``ratio_level``, ``loss_type``, ``old_logprobs``, ``epsilon_high``, ``bf16``
-and ``gradient_checkpointing``. Their default, help text and choices live here, and both classes build
+``MGRPOConfig``) both have the fields ``ratio_level``, ``loss_type``, ``old_logprobs``, ``epsilon_high``, ``bf16``,
+``gradient_checkpointing`` and ``unpadded_forward``. Their default, help text and choices live here, and both classes build
 the field with :func:`option_field`, so the two declarations cannot drift apart. The value
 domains (:data:`LOSS_TYPES`, :data:`RATIO_LEVELS`) live here too.
 
@@ -84,6 +84,16 @@ OPTIONS: dict[str, Option] = {
         None,
         "Trade compute for memory by recomputing activations. None (default): True with CUDA (TRL's default), "
         "False without (CPU models are small; checkpointing only costs time).",
+    ),
+    "unpadded_forward": Option(
+        None,
+        "Score each trajectory of a micro-batch in a forward pass of its own, without padding (True), instead of "
+        "the micro-batch padded to its longest row in one pass (False). The log-probabilities are the same; on a "
+        "CPU the padded batch is slower, because its attention mask sends PyTorch's scaled-dot-product attention "
+        "to its unfused path over every padding position (docs/performance.md: 3.2x on the tiny sub role's 32 "
+        "trajectories). None (default): True on a CPU for micro-batches whose rows span at least 256 positions "
+        "(below that the per-pass overhead wins; mgrpo.trainer.UNPADDED_MIN_TOKENS), else False; on a GPU one "
+        "batched pass is cheaper.",
     ),
 }
 

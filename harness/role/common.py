@@ -324,6 +324,7 @@ def mgrpo_args(cfg: TrainConfig, role: str, out_dir: Path, group_size: int, n_gr
         report_to=report_to or "none", run_name=f"{role_dir.parent.name}-{role}",
         save_strategy="steps", save_steps=sec.save_steps or max_steps, save_only_model=False,
         logging_steps=1, bf16=sec.bf16, gradient_checkpointing=sec.gradient_checkpointing,
+        unpadded_forward=sec.unpadded_forward,
         dataloader_num_workers=0, shuffle_dataset=True,
     )
     if not torch.cuda.is_available():

@@ -80,6 +80,7 @@ class PlannerRollout:
         self.sub_client, self.toolbox, self.tokenizer, self.stats = sub_client, toolbox, tokenizer, stats
         self.reasoner = reasoner  # tools.reasoner: the untrained reasoner tool (harness.tools.reasoner)
         self.runtime: Any = None
+        self.max_lag: int | None = None  # sub.max_lag when the sub-agent trains (run_planner): pace to the sub role
 
     def ensure_runtime(self, trainer: Any) -> Any:
         if self.runtime is None:
@@ -104,6 +105,9 @@ class PlannerRollout:
             raise RuntimeError(f"the planner rollout expects each task id repeated K={k} times side by side, got "
                                f"{prompts[:2 * k]}...; check that num_generations equals rollout.k")
         t0 = time.perf_counter()
+        lag_wait_s = 0.0
+        if self.max_lag is not None:
+            lag_wait_s = wait_for_sub(self.store, step, self.max_lag, self.cfg.store.group_timeout_s)
         self.ensure_runtime(trainer)
         proc = int(trainer.accelerator.process_index)
         task_ids = prompts[::k]
@@ -161,6 +165,8 @@ class PlannerRollout:
         s.phases = {"generate_s": float(res.stats.get("generate_s", 0.0)),
                     "delegate_s": float(res.stats.get("delegate_s", 0.0)),
                     "tool_s": float(res.stats.get("tool_s", 0.0)), "store_s": store_s}
+        if self.max_lag is not None:
+            s.phases["sub_lag_wait_s"] = lag_wait_s
         trainer.model.train()  # TRL reads model.training after the rollout (docs/trainer.md)
         return out
 
@@ -277,6 +283,34 @@ def wait_for_sub_url(store: Any, timeout_s: float) -> str:
                           f"{timeout_s:.0f}s; check that it is running (its log: <run>/logs/sub.log) or pass --sub-url")
 
 
+def untaken_groups(store: Any) -> int:
+    """Complete query groups the sub role has not taken from the store yet."""
+    taken = {c.query_id for c in store.consumed_groups("sub")}
+    return sum(1 for qid, p in store.group_progress().items() if p.complete and qid not in taken)
+
+
+def wait_for_sub(store: Any, step: int, max_lag: int, timeout_s: float) -> float:
+    """Before planner step ``step``'s rollouts (``sub.max_lag``, docs/training.md "Staleness"): wait until the sub
+    role has finished ``step - max_lag`` optimizer steps (its published policy version), so the sub-trajectories
+    generated now train at most ``max_lag`` versions later. No wait while the sub role has taken every complete
+    group: it then waits for this planner (e.g. after query groups without a delegation, which it skips), and the
+    groups written next are trained by its next step. Returns the seconds waited; a sub role that neither trains
+    nor takes groups for ``timeout_s`` (``store.group_timeout_s``) is an error that names it."""
+    need = step - max_lag
+    t0 = time.monotonic()
+    delay = 0.02
+    while store.get_policy_version("sub") < need and untaken_groups(store) > 0:
+        if time.monotonic() - t0 > timeout_s:
+            raise PeerUnreachable(
+                f"planner step {step}: the sub role is at policy version {store.get_policy_version('sub')} and "
+                f"sub.max_lag={max_lag} needs {need}, but it has not trained for store.group_timeout_s="
+                f"{timeout_s:.0f}s with {untaken_groups(store)} complete groups waiting; check its log "
+                "(<run>/logs/sub.log)")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.2)
+    return time.monotonic() - t0
+
+
 def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any, world_url: str,
                 sub_url: str | None, resume: bool) -> int:
     """The planner role on the prepared ``run_tasks``; returns the exit status."""
@@ -310,6 +344,7 @@ def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any
         toolbox = build_toolbox(cfg, world_url)
     stats = StepStats()
     rollout = PlannerRollout(cfg, tasks, store, world_url, sub_client, toolbox, tok, stats, reasoner)
+    rollout.max_lag = cfg.sub.max_lag if spec.sub_trains else None
     dataset = Dataset.from_dict({"prompt": sorted(tasks)})
 
     def on_step(step: int) -> None:

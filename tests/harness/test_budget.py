@@ -52,21 +52,30 @@ def test_rollout_seconds_by_hand():
     assert rollout_seconds(SHAPE, CAL, batch=16, max_new_tokens=10) < expected
 
 
-def test_the_sub_roles_optimizer_step_is_counted_whole_on_the_runs_critical_path():
-    """The planner's delegations wait for the sub role's optimizer step (``sub.serve: locked``; with ``snapshot`` the
-    sub role's steps bound the run instead, docs/performance.md), so mgrpo's steps cost the sub-agent's three passes
-    over its trajectories in full: make demo's mgrpo runs took 133 s against 82 s when it was counted half."""
+def test_the_sub_roles_optimizer_step_adds_to_the_planners_unless_the_two_overlap():
+    """With ``sub.serve: locked`` the planner's delegations wait for the sub role's optimizer step, so mgrpo's steps
+    cost the sub-agent's three passes over its trajectories in full (make demo's mgrpo runs took 133 s against 82 s
+    when it was counted half). With ``snapshot`` and ``max_lag`` (the tiny presets) the sub role trains while the
+    planner rolls out its next step: a step costs the longer of the two (docs/performance.md)."""
     from harness.experiment import CONFIGS
     from harness.train_config import load_train_config
 
-    cfg = load_train_config(str(CONFIGS / "tiny-generalise" / "mgrpo.yaml"), [])
-    frozen = run_seconds(cfg, SHAPE, CAL, sub_trains=False, multi_agent=True)
-    mgrpo = run_seconds(cfg, SHAPE, CAL, sub_trains=True, multi_agent=True)
-    batch = cfg.planner_groups * cfg.k
-    capped = SHAPE.capped(cfg.rollout, multi_agent=True)
-    per_step = 3 * batch * capped.sub_calls * capped.sub_len * CAL.sft_s_per_token
-    assert mgrpo["steps_s"] - frozen["steps_s"] == pytest.approx(cfg.planner_steps * per_step)
-    assert mgrpo["eval_s"] == frozen["eval_s"] and mgrpo["startup_s"] == frozen["startup_s"]
+    paced = load_train_config(str(CONFIGS / "tiny-generalise" / "mgrpo.yaml"), [])
+    assert (paced.sub.serve, paced.sub.max_lag) == ("snapshot", 1)
+    locked = load_train_config(str(CONFIGS / "tiny-generalise" / "mgrpo.yaml"), ["sub.serve=locked"])
+    frozen = run_seconds(locked, SHAPE, CAL, sub_trains=False, multi_agent=True)
+    batch = locked.planner_groups * locked.k
+    capped = SHAPE.capped(locked.rollout, multi_agent=True)
+    sub_step = 3 * batch * capped.sub_calls * capped.sub_len * CAL.sft_s_per_token
+    planner_step = frozen["steps_s"] / locked.planner_steps
+    serial = run_seconds(locked, SHAPE, CAL, sub_trains=True, multi_agent=True)
+    assert serial["steps_s"] - frozen["steps_s"] == pytest.approx(locked.planner_steps * sub_step)
+    assert serial["eval_s"] == frozen["eval_s"] and serial["startup_s"] == frozen["startup_s"]
+    overlapped = run_seconds(paced, SHAPE, CAL, sub_trains=True, multi_agent=True)
+    assert overlapped["steps_s"] == pytest.approx(paced.planner_steps * max(planner_step, sub_step))
+    unpaced = load_train_config(str(CONFIGS / "tiny-generalise" / "mgrpo.yaml"), ["sub.max_lag=null"])
+    assert run_seconds(unpaced, SHAPE, CAL, sub_trains=True, multi_agent=True)["steps_s"] == pytest.approx(
+        serial["steps_s"])
 
 
 def test_from_examples_counts_model_tokens_per_turn():

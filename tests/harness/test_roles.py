@@ -435,6 +435,59 @@ def test_a_bad_max_staleness_is_a_clear_error():
         _cfg(Path("."), sub={"max_staleness": -1})
 
 
+def test_max_lag_is_validated_against_the_group_sets_it_counts():
+    with pytest.raises(ConfigError, match=r"max_lag=-1 must be >= 0"):
+        _cfg(Path("."), sub={"max_lag": -1})
+    with pytest.raises(ConfigError, match=r"sub.max_lag=1 counts the sub role's steps.*sub.groups_per_step=2"):
+        _cfg(Path("."), planner={"max_steps": 4, "groups_per_step": 1}, sub={"max_lag": 1, "groups_per_step": 2}).validate()
+    _cfg(Path("."), sub={"max_lag": 1}).validate()
+
+
+def _complete_groups(store, step: int, n: int = 2, k: int = 2) -> list[str]:
+    from mgrpo.store import RolloutRecord
+
+    qids = [f"t{i}@{step}.0.{i}" for i in range(n)]
+    store.upsert_rollouts([RolloutRecord(q, r, R_M=0.0, r_correct=0.0, r_format=1.0) for q in qids for r in range(k)],
+                          group_size=k)
+    return qids
+
+
+def test_the_planner_waits_for_the_sub_role_to_be_at_most_max_lag_steps_behind(tmp_path):
+    """sub.max_lag (issue 21): planner step t waits until the sub role has published policy version t - max_lag;
+    not while the sub role has taken every complete group (it waits for the planner then: no deadlock); a sub role
+    that does neither within the timeout is an error naming it."""
+    from harness.role.common import PeerUnreachable
+    from harness.role.planner import untaken_groups, wait_for_sub
+    from mgrpo.store import open_store
+
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}", run_id="run")
+    try:
+        _complete_groups(store, 0)
+        _complete_groups(store, 1)
+        assert untaken_groups(store) == 4 and store.get_policy_version("sub") == 0
+        assert wait_for_sub(store, step=1, max_lag=1, timeout_s=5) < 0.1  # needs version 0: no wait
+
+        def train_one_step():
+            time.sleep(0.4)
+            store.set_policy_version("sub", 1)
+
+        t = threading.Thread(target=train_one_step)
+        t.start()
+        waited = wait_for_sub(store, step=2, max_lag=1, timeout_s=5)  # needs version 1
+        t.join()
+        assert waited >= 0.35, waited
+        with pytest.raises(PeerUnreachable, match=r"planner step 3: the sub role is at policy version 1 and "
+                                                  r"sub.max_lag=1 needs 2.*4 complete groups waiting.*sub.log"):
+            wait_for_sub(store, step=3, max_lag=1, timeout_s=0.3)
+        for _ in range(4):  # the sub role takes every group (and would wait for more): the planner goes on
+            store.take_next_group(timeout=1.0)
+        assert untaken_groups(store) == 0
+        assert wait_for_sub(store, step=3, max_lag=1, timeout_s=5) < 0.1
+        assert wait_for_sub(store, step=5, max_lag=0, timeout_s=5) < 0.1
+    finally:
+        store.close()
+
+
 def test_a_sub_agent_request_waiting_on_the_step_lock_cannot_cost_a_step_its_record(sub_setup):
     """A sub-agent episode switches the shared model to eval mode while it generates, and TRL files a step's
     metrics under train or eval by that mode: the step lock may only let a waiting request in once TRL has

@@ -327,7 +327,8 @@ def test_fields_shared_with_mgrpo_config_are_declared_once():
     role = {f.name: f for f in dataclasses.fields(RoleTrainConfig)}
     trl = {f.name: f for f in dataclasses.fields(MGRPOConfig)}
     shared = sorted(set(role) & set(inspect.get_annotations(MGRPOConfig)))
-    assert shared == sorted(OPTIONS) == ["bf16", "epsilon_high", "gradient_checkpointing", "loss_type", "old_logprobs", "ratio_level"]
+    assert shared == sorted(OPTIONS) == ["bf16", "epsilon_high", "gradient_checkpointing", "loss_type", "old_logprobs",
+                                         "ratio_level", "unpadded_forward"]
     for name, opt in OPTIONS.items():
         for f in (role[name], trl[name]):
             assert f.default == opt.default and f.metadata["help"] == opt.help

@@ -389,6 +389,64 @@ def test_mgrpo_loss_divides_by_gradient_accumulation(tmp_path):
     torch.testing.assert_close(four * 4, one)
 
 
+# ----------------------------------------------------------------------------- (3b) unpadded forward
+def ragged_batch() -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Left-padded prompts and right-padded completions of different lengths, as TRL lays them out; row 2's
+    completion is masked out entirely (a truncated completion) and row 3 has a hole in its prompt mask."""
+    g = torch.Generator().manual_seed(5)
+    prompt_lens, completion_lens, p, c = [3, 7, 5, 6], [9, 4, 6, 12], 7, 12
+    ids = torch.randint(3, 290, (4, p + c), generator=g)
+    mask = torch.zeros(4, p + c, dtype=torch.long)
+    for i, (pl, cl) in enumerate(zip(prompt_lens, completion_lens)):
+        mask[i, p - pl : p] = 1
+        mask[i, p : p + cl] = 1
+    mask[2, p:] = 0
+    mask[3, p - 4] = 0
+    ids = ids.masked_fill(mask == 0, make_tokenizer().pad_token_id)
+    return ids, mask, c
+
+
+def test_unpadded_forward_gives_the_padded_log_probabilities_and_gradients(tmp_path):
+    """Each row alone, cut to its attended span, scores what TRL's padded pass scores at every attended
+    completion position (values, entropies, gradients); positions it does not score are 0."""
+    trainer = make_trainer(tmp_path)
+    ids, mask, c = ragged_batch()
+    keep = mask[:, -c:].bool()
+    results = {}
+    for unpadded in (False, True):
+        trainer.args.unpadded_forward = unpadded
+        trainer.model.zero_grad()
+        logps, ent, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, c, compute_entropy=True)
+        (logps * keep).sum().backward()
+        grads = [p.grad.detach().clone() for p in trainer.model.parameters()]
+        results[unpadded] = (logps.detach(), ent.detach(), grads)
+    (lp0, ent0, g0), (lp1, ent1, g1) = results[False], results[True]
+    assert lp1.shape == lp0.shape == (4, c)
+    torch.testing.assert_close(lp1[keep], lp0[keep], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent1[keep], ent0[keep], rtol=1e-5, atol=1e-5)
+    assert torch.count_nonzero(lp1[~keep]) == 0 and torch.count_nonzero(ent1[~keep]) == 0
+    for a, b in zip(g1, g0):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    # the control: a shifted mask scores other positions, so the comparison above can fail
+    trainer.args.unpadded_forward = True
+    shifted, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask.roll(1, dims=1), c)
+    assert not torch.allclose(shifted[keep], lp0[keep], atol=1e-3)
+
+
+def test_unpadded_forward_trains_the_same_step(tmp_path):
+    """One optimizer step with the per-row pass and one with the padded pass end at the same weights."""
+    after = []
+    for unpadded in (False, True):
+        trainer = make_trainer(tmp_path / str(unpadded), unpadded_forward=unpadded)
+        trainer.train()
+        after.append(params_vector(trainer.model))
+    start = params_vector(make_model())
+    assert (after[0] - start).abs().max() > 5e-3  # the step moved the weights (lr 1e-2)
+    # within 1% of a step: Adam divides each gradient element by its own magnitude, which magnifies float
+    # rounding in elements whose gradient is near 0
+    torch.testing.assert_close(after[1], after[0], rtol=0, atol=1e-4)
+
+
 # ----------------------------------------------------------------------------- (4) env_mask
 def test_env_mask_zero_tokens_get_no_gradient(tmp_path, monkeypatch):
     trainer = make_trainer(tmp_path, ratio_level="token")
@@ -472,6 +530,7 @@ def test_config_defaults_suit_cpu(tmp_path):
     assert args.group_size == K
     if not torch.cuda.is_available():
         assert args.use_cpu is True and args.bf16 is False and args.gradient_checkpointing is False
+        assert args.unpadded_forward is None  # decided per micro-batch: its device and length
 
 
 @pytest.mark.parametrize(

@@ -128,3 +128,67 @@ def test_mgrpo_step_vs_stock_grpo_step(tmp_path, benchmark, group_size):
 
     assert len(records) >= ROUNDS + 1  # the hook saw every M-GRPO batch
     assert ratio < 2.0, f"M-GRPO step {med_mgrpo:.4f}s vs stock GRPO {med_stock:.4f}s (ratio {ratio:.2f})"
+
+
+def _tiny_architecture_model(vocab: int = 1143):
+    """The embedded default's architecture (docs/models.md: Qwen3, 4 layers, width 128), random weights."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(vocab_size=vocab, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=4096,
+                         tie_word_embeddings=True, pad_token_id=0, bos_token_id=None, eos_token_id=2)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return Qwen3ForCausalLM(config)
+
+
+# A sub role's micro-batch on the tiny preset: prompts of about 290 tokens and multi-turn completions of
+# 300-1,300 (measured from a tiny-generalise-rl run's trajectories, docs/performance.md); 8 rows here.
+SUB_ROWS = 8
+
+
+@pytest.mark.perf
+def test_unpadded_forward_vs_padded_on_sub_role_rows(tmp_path, benchmark):
+    """Forward + backward of TRL's scoring pass over a padded micro-batch, against one pass per row
+    (``unpadded_forward``), side by side, rounds alternating; the ratio of medians is the figure."""
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    prompt_lens = torch.randint(260, 332, (SUB_ROWS,), generator=g).tolist()
+    completion_lens = torch.randint(300, 1300, (SUB_ROWS,), generator=g).tolist()
+    p, c = max(prompt_lens), max(completion_lens)
+    ids = torch.randint(3, 1143, (SUB_ROWS, p + c), generator=g)
+    mask = torch.zeros_like(ids)
+    for i, (pl, cl) in enumerate(zip(prompt_lens, completion_lens)):
+        mask[i, p - pl : p + cl] = 1
+    ids = ids.masked_fill(mask == 0, 0)
+    keep = mask[:, -c:].bool()
+
+    trainer = MGRPOTrainer(
+        _tiny_architecture_model(),
+        args=MGRPOConfig(**_common(tmp_path, "unpadded", K), loss_type="mgrpo"),
+        rollout_func=ToyRollout(),
+        train_dataset=Dataset.from_dict({"prompt": QUERIES}),
+        processing_class=make_tokenizer(),
+    )
+
+    def score(unpadded: bool) -> float:
+        trainer.args.unpadded_forward = unpadded
+        start = time.perf_counter()
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, c, compute_entropy=True)
+        (logps * keep).sum().backward()
+        trainer.model.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+    score(True), score(False)  # warm-up
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(3):
+        for unpadded in ((True, False) if i % 2 == 0 else (False, True)):
+            times[unpadded].append(score(unpadded))
+    med_padded, med_unpadded = statistics.median(times[False]), statistics.median(times[True])
+    ratio = med_padded / med_unpadded
+    benchmark.extra_info.update({"padded_s_median": round(med_padded, 4), "unpadded_s_median": round(med_unpadded, 4),
+                                 "rows": SUB_ROWS, "tokens": int(mask.sum()), "padded_positions": int(mask.numel())})
+    figure(benchmark, f"scoring pass of {SUB_ROWS} sub-role rows, padded / one pass per row (medians)", ratio,
+           unit="x", target=None, better="higher")
+    benchmark.pedantic(score, args=(True,), rounds=1, iterations=1, warmup_rounds=0)
+    assert ratio > 1.0, f"one pass per row {med_unpadded:.3f}s is not faster than padded {med_padded:.3f}s"
