@@ -44,7 +44,7 @@ Deliberate deviations and decisions:
   at a time, each cut to its own tokens (``_get_per_token_logps_and_entropies``), for every loss type. Same
   values as TRL's padded pass (up to float rounding); on a CPU the padded pass is several times slower,
   because a padding mask sends scaled-dot-product attention to its unfused path (docs/performance.md).
-  Multimodal inputs and MoE auxiliary losses keep TRL's padded pass. ``beta=0`` (TRL's default; no KL, docs/paper.md).
+  Multimodal inputs, MoE auxiliary losses and a batch with a prompt-less row keep TRL's padded pass. ``beta=0`` (TRL's default; no KL, docs/paper.md).
 - Unknown ``loss_type`` values are rejected at config time (TRL only fails in the first loss).
 - ``scale_rewards`` must stay ``"group"`` and ``multi_objective_aggregation``
   ``"sum_then_normalize"``: M-GRPO fixes the advantage rule; pass ``advantage_fn`` for another.
@@ -530,19 +530,22 @@ class MGRPOTrainer(GRPOTrainer):
         Why: a row alone whose span is fully attended needs no attention mask, so scaled-dot-product attention
         takes its fused causal kernel, and no time goes to padding positions (docs/performance.md). The values
         at the positions the mask keeps are TRL's (RoPE attention depends only on relative positions, so the
-        left padding TRL adds shifts nothing); positions the row does not attend are 0, as TRL's are."""
+        left padding TRL adds shifts nothing); positions past the row's last attended token are 0 (the loss masks them)."""
         unpadded = self.args.unpadded_forward
         if unpadded is None:
             unpadded = input_ids.device.type == "cpu" and input_ids.size(1) >= UNPADDED_MIN_TOKENS
+        width = input_ids.size(1)
+        first_completion = width - logits_to_keep
+        attended = attention_mask.bool()
+        # A row whose first completion token has no attended token before it (no prompt) is scored from a padding
+        # position in TRL's pass; such a batch keeps that pass, so the values stay TRL's.
+        no_prompt = attended.any(dim=1) & ~attended[:, :first_completion].any(dim=1)
         per_row = (unpadded and input_ids.size(0) > 1 and not compute_aux_loss
-                   and all(v is None for v in extra.values()))
+                   and all(v is None for v in extra.values()) and not bool(no_prompt.any()))
         if not per_row:
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                 compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
-        width = input_ids.size(1)
-        first_completion = width - logits_to_keep
-        attended = attention_mask.bool()
         logps: list[torch.Tensor | None] = []
         entropies: list[torch.Tensor | None] = []
         for i in range(input_ids.size(0)):

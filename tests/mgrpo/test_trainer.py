@@ -433,6 +433,20 @@ def test_unpadded_forward_gives_the_padded_log_probabilities_and_gradients(tmp_p
     assert not torch.allclose(shifted[keep], lp0[keep], atol=1e-3)
 
 
+def test_a_row_without_prompt_keeps_trls_padded_pass(tmp_path):
+    """TRL scores such a row's first completion token from a padding position; per row it would have no position
+    to score it from, so the whole batch keeps TRL's pass (the same values exactly)."""
+    trainer = make_trainer(tmp_path)
+    ids, mask, c = ragged_batch()
+    mask[0, : ids.size(1) - c] = 0  # row 0: no prompt token
+    out = {}
+    for unpadded in (False, True):
+        trainer.args.unpadded_forward = unpadded
+        with torch.no_grad():
+            out[unpadded] = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, c)[0]
+    assert torch.equal(out[True], out[False])
+
+
 def test_unpadded_forward_trains_the_same_step(tmp_path):
     """One optimizer step with the per-row pass and one with the padded pass end at the same weights."""
     after = []
