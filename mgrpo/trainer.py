@@ -534,14 +534,14 @@ class MGRPOTrainer(GRPOTrainer):
         unpadded = self.args.unpadded_forward
         if unpadded is None:
             unpadded = input_ids.device.type == "cpu" and input_ids.size(1) >= UNPADDED_MIN_TOKENS
-        width = input_ids.size(1)
-        first_completion = width - logits_to_keep
-        attended = attention_mask.bool()
-        # A row whose first completion token has no attended token before it (no prompt) is scored from a padding
-        # position in TRL's pass; such a batch keeps that pass, so the values stay TRL's.
-        no_prompt = attended.any(dim=1) & ~attended[:, :first_completion].any(dim=1)
+        first_completion = input_ids.size(1) - logits_to_keep
         per_row = (unpadded and input_ids.size(0) > 1 and not compute_aux_loss
-                   and all(v is None for v in extra.values()) and not bool(no_prompt.any()))
+                   and all(v is None for v in extra.values()))
+        if per_row:
+            attended = attention_mask.bool()
+            # A row whose first completion token has no attended token before it (no prompt) is scored from a
+            # padding position in TRL's pass; such a batch keeps that pass, so the values stay TRL's.
+            per_row = bool(attended[:, :first_completion].any(dim=1)[attended.any(dim=1)].all())
         if not per_row:
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,

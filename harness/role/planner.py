@@ -80,7 +80,8 @@ class PlannerRollout:
         self.sub_client, self.toolbox, self.tokenizer, self.stats = sub_client, toolbox, tokenizer, stats
         self.reasoner = reasoner  # tools.reasoner: the untrained reasoner tool (harness.tools.reasoner)
         self.runtime: Any = None
-        self.max_lag: int | None = None  # sub.max_lag when the sub-agent trains (run_planner): pace to the sub role
+        # sub.max_lag paces the planner to the sub role only when the sub-agent trains (a frozen one never steps)
+        self.max_lag: int | None = cfg.sub.max_lag if get_trainer(str(cfg.trainer)).sub_trains else None
 
     def ensure_runtime(self, trainer: Any) -> Any:
         if self.runtime is None:
@@ -344,7 +345,6 @@ def run_planner(cfg: TrainConfig, run_tasks: RunTasks, run_dir: Path, store: Any
         toolbox = build_toolbox(cfg, world_url)
     stats = StepStats()
     rollout = PlannerRollout(cfg, tasks, store, world_url, sub_client, toolbox, tok, stats, reasoner)
-    rollout.max_lag = cfg.sub.max_lag if spec.sub_trains else None
     dataset = Dataset.from_dict({"prompt": sorted(tasks)})
 
     def on_step(step: int) -> None:
