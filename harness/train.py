@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+import psutil
 import yaml
 from tqdm import tqdm
 
@@ -53,8 +54,12 @@ from harness.role.tasks import RunTasks, generate_run_tasks, reuse_run_tasks, wr
 from harness.train_config import TrainConfig
 from mgrpo.store import open_store
 
-#: Seconds the sub role may take to drain and stop after the planner finished.
+#: Seconds a role may stay idle after the planner finished before it counts as stuck: a role still computing
+#: (the sub role training its last step, which takes minutes with SmolLM2 on a CPU) is waited for.
 DRAIN_TIMEOUT_S = 300.0
+#: A role is computing while it uses at least this many cores (CPU seconds per second, its child processes
+#: included); one that only waits (serving no one, polling the store) uses a few percent of one.
+BUSY_CORES = 0.25
 #: Seconds between SIGTERM and SIGKILL when stopping a role.
 KILL_GRACE_S = 10.0
 
@@ -90,6 +95,22 @@ class RoleProcess:
                     pass
                 self.proc.wait(timeout=10)
         self._log.close()
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time (user + system) the process and its children (e.g. an ``accelerate launch``'s ranks) have used so
+        far, or None when it cannot be read (the process has gone, or the platform refuses)."""
+        try:
+            proc = psutil.Process(self.proc.pid)
+            total = 0.0
+            for q in [proc, *proc.children(recursive=True)]:
+                try:
+                    t = q.cpu_times()
+                except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                    continue
+                total += t.user + t.system
+            return total
+        except (psutil.Error, OSError):
+            return None
 
     def tail(self, n: int = 15) -> str:
         try:
@@ -401,6 +422,20 @@ def reset_run_signals(cfg: TrainConfig, run_dir: Path) -> None:
         store.close()
 
 
+def killed_hint(rc: int) -> str:
+    """Why a role's negative exit status matters: SIGKILL that no one sent on purpose is, on Linux, most often the
+    kernel's out-of-memory killer, which leaves nothing in the role's own log."""
+    if rc == -signal.SIGKILL:
+        return (" (killed by SIGKILL: if nothing stopped it on purpose, most likely the kernel's out-of-memory killer; "
+                "`dmesg` says so, and docs/performance.md, \"Memory\", lists what lowers a role's peak)")
+    if rc < 0:
+        try:
+            return f" (killed by {signal.Signals(-rc).name})"
+        except ValueError:
+            return ""
+    return ""
+
+
 def supervise(roles: dict[str, RoleProcess], poll_s: float = 0.5, progress: RoleProgress | None = None) -> str | None:
     """Wait for the roles; None when all finished cleanly, else an error naming the role and its log.
 
@@ -412,8 +447,27 @@ def supervise(roles: dict[str, RoleProcess], poll_s: float = 0.5, progress: Role
             progress.close()
 
 
+class BusyWatch:
+    """When each role last computed (used at least :data:`BUSY_CORES` between two looks), so that the drain after
+    the planner's end waits for a role that is still working and gives up on one that only waits."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, float]] = {}  # role -> (monotonic time, cpu seconds) of the last look
+        self.busy_at: dict[str, float] = {}
+
+    def look(self, p: RoleProcess, now: float) -> None:
+        cpu = p.cpu_seconds()
+        if cpu is None:
+            return
+        prev = self._last.get(p.name)
+        self._last[p.name] = (now, cpu)
+        if prev is not None and now > prev[0] and (cpu - prev[1]) / (now - prev[0]) >= BUSY_CORES:
+            self.busy_at[p.name] = now
+
+
 def _wait_for_roles(roles: dict[str, RoleProcess], poll_s: float, progress: RoleProgress | None) -> str | None:
     planner_done_at: float | None = None
+    watch = BusyWatch()
     while True:
         if progress is not None:
             progress.poll()
@@ -423,17 +477,23 @@ def _wait_for_roles(roles: dict[str, RoleProcess], poll_s: float, progress: Role
                 others = [o for o in roles.values() if o is not p and o.poll() is None]
                 for o in others:  # bounded: SIGTERM, then SIGKILL after the grace period
                     o.stop()
-                return (f"role {name} exited with status {rc}; see its log {p.log_path}:\n{p.tail()}"
+                return (f"role {name} exited with status {rc}{killed_hint(rc)}; see its log {p.log_path}:\n{p.tail()}"
                         + (f"\n(stopped {', '.join(o.name for o in others)})" if others else ""))
         if all(p.poll() == 0 for p in roles.values()):
             return None
         planner = roles.get("planner")
         if planner is not None and planner.poll() == 0:
-            planner_done_at = planner_done_at or time.monotonic()
-            if time.monotonic() - planner_done_at > DRAIN_TIMEOUT_S:
-                waiting = [n for n, p in roles.items() if p.poll() is None]
-                return (f"the planner finished but role(s) {waiting} did not stop within {DRAIN_TIMEOUT_S:.0f}s; "
-                        f"see {', '.join(str(roles[n].log_path) for n in waiting)}")
+            now = time.monotonic()
+            planner_done_at = planner_done_at or now
+            waiting = [n for n, p in roles.items() if p.poll() is None]
+            for n in waiting:
+                watch.look(roles[n], now)
+            # each role idle since the planner's end or since it last computed, whichever is later
+            idle = max((now - max(planner_done_at, watch.busy_at.get(n, planner_done_at)) for n in waiting),
+                       default=0.0)
+            if idle > DRAIN_TIMEOUT_S:
+                return (f"the planner finished but role(s) {waiting} did not stop, idle (under {BUSY_CORES:g} of a "
+                        f"core) for {DRAIN_TIMEOUT_S:.0f}s; see {', '.join(str(roles[n].log_path) for n in waiting)}")
         time.sleep(poll_s)
 
 

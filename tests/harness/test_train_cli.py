@@ -2,13 +2,17 @@
 
 No role is started here: the progress printer reads fabricated ``metrics.jsonl`` files, and the model
 checks run in-process through ``main`` (which returns before it would create the run directory). The
-real runs that show the progress lines are in tests/harness/test_train_e2e.py.
+real runs that show the progress lines are in tests/harness/test_train_e2e.py. The supervisor's drain after the
+planner's end is checked on small stand-in processes (a few seconds of Python each).
 """
 
 from __future__ import annotations
 
 import io
+import os
 import re
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +20,8 @@ import pytest
 from harness.config import ConfigError, from_dict
 from harness.models import check_model_ref
 from harness.records import StepRecord, append_step
-from harness.train import RoleProgress, check_models, main, role_totals
+import harness.train as train_mod
+from harness.train import RoleProcess, RoleProgress, check_models, killed_hint, main, role_totals, supervise
 from harness.train_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,3 +156,50 @@ def test_a_role_stopped_by_its_store_names_the_store_the_step_and_how_to_continu
     msg = store_failure("planner", run, url, exc)
     assert "stopped in step 3 (steps up to 2 recorded) on store" in msg and "s3cret" not in msg
     assert STORE_FAILED == 3  # 2 is a bad config or task set
+
+
+def test_a_role_killed_by_a_signal_says_which_and_points_at_the_memory_docs():
+    # SIGKILL that no one sent is most often the out-of-memory killer, which writes nothing to the role's log
+    # (the smollm2 sub role on a 24 GB machine, docs/performance.md "Memory")
+    assert "out-of-memory killer" in killed_hint(-9) and "docs/performance.md" in killed_hint(-9)
+    assert killed_hint(-15) == " (killed by SIGTERM)"
+    assert killed_hint(1) == "" and killed_hint(3) == ""
+    assert killed_hint(-200) == ""  # not a signal this platform names
+
+
+def _stand_in(tmp_path: Path, name: str, code: str) -> RoleProcess:
+    return RoleProcess(name, [sys.executable, "-c", code], tmp_path / f"{name}.log", dict(os.environ))
+
+
+@pytest.mark.parametrize("work", ["busy", "idle"])
+def test_the_drain_waits_for_a_role_that_still_computes_and_not_for_one_that_only_waits(tmp_path, monkeypatch, work):
+    # After the planner's end the sub role may still train its last step for minutes (SmolLM2 on a CPU: over the
+    # 300 s that once failed such a run); a role that only waits is stuck. Scaled down: 1 s of allowed idleness.
+    monkeypatch.setattr(train_mod, "DRAIN_TIMEOUT_S", 1.0)
+    planner = _stand_in(tmp_path, "planner", "pass")
+    if work == "busy":  # computes for 3 s (three times the allowed idleness), then ends cleanly
+        sub = _stand_in(tmp_path, "sub", "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 3: sum(range(10000))")
+    else:  # waits (asleep) for much longer than the allowed idleness
+        sub = _stand_in(tmp_path, "sub", "import time; time.sleep(60)")
+    t0 = time.monotonic()
+    try:
+        err = supervise({"planner": planner, "sub": sub}, poll_s=0.1)
+    finally:
+        for p in (planner, sub):
+            p.stop(grace_s=2)
+    took = time.monotonic() - t0
+    if work == "busy":
+        assert err is None, err
+        assert took >= 2.5  # it was waited for, not cut at the idle limit
+    else:
+        assert err is not None and "role(s) ['sub'] did not stop, idle" in err and "sub.log" in err, err
+        assert took < 30
+
+
+def test_cpu_seconds_counts_a_process_and_reads_none_once_it_is_gone(tmp_path):
+    p = _stand_in(tmp_path, "worker", "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 0.5: pass")
+    first = p.cpu_seconds()
+    p.proc.wait(timeout=30)
+    assert first is not None and first >= 0.0
+    p.stop()
+    assert p.cpu_seconds() is None  # reaped: nothing to read, and no exception

@@ -171,7 +171,7 @@ def test_sigkill_of_a_role_then_resume_continues_without_lost_or_duplicated_step
     finally:
         if launcher.poll() is None:
             launcher.kill()
-    assert launcher.returncode == 1 and "role planner exited with status -9" in stderr, stderr
+    assert launcher.returncode == 1 and "role planner exited with status -9 (killed by SIGKILL" in stderr, stderr
     assert json.loads((run / "status.json").read_text())["state"] == "failed"
 
     resumed = subprocess.run([sys.executable, "-m", "harness", "train", "--resume", str(run)], cwd=ROOT, env=env,
