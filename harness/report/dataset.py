@@ -44,6 +44,9 @@ STEP_COLUMNS = (
     "sub_calls_mean", "sub_calls_p99", "align_duplicated", "align_dropped", "rollout_s",
     "train_s", "wait_s", "policy_version", "stale_trajectories", "dropped_stale", "peak_rss_mib", "peak_gpu_mib",
 )
+#: The step's share of well-formed trajectories (the reward component ``format``: the planner's r_format, the
+#: sub-agent's), a column of ``Dataset.steps`` next to STEP_COLUMNS; the training-reward figure draws it dotted.
+FORMAT_COLUMN = "format_share"
 #: Columns of the task-record frames (``Dataset.evals`` and ``Dataset.indist``) before ``arm`` is added.
 EVAL_COLUMNS = ("run_id", "seed", "step", "benchmark", "task_id", "inference_run", "correct", "n_sub_calls", "error")
 
@@ -157,7 +160,7 @@ def load(runs_dir: str | Path) -> Dataset:
 
     runs: list[RunInfo] = []
     step_cols: dict[str, list[Any]] = {k: [] for k in ("run_id", "role", "seed", "step", "time",
-                                                       *STEP_COLUMNS)}
+                                                       *STEP_COLUMNS, FORMAT_COLUMN)}
     ev_cols: dict[str, list[Any]] = {k: [] for k in EVAL_COLUMNS}
     in_cols: dict[str, list[Any]] = {k: [] for k in EVAL_COLUMNS}
     for rp in paths:
@@ -176,7 +179,7 @@ def load(runs_dir: str | Path) -> Dataset:
     evals, indist = _task_frame(evals), _task_frame(indist)
     if len(steps):
         steps = steps.sort_values(["run_id", "role", "step"], kind="stable").reset_index(drop=True)
-        for c in STEP_COLUMNS:
+        for c in (*STEP_COLUMNS, FORMAT_COLUMN):
             steps[c] = pd.to_numeric(steps[c], errors="coerce")
 
     _flag_short(runs)
@@ -255,6 +258,7 @@ def _load_run(rp: rec.RunPaths, step_cols: dict[str, list[Any]],
             step_cols["time"].append(r.time)
             for c in STEP_COLUMNS:
                 step_cols[c].append(d[c])
+            step_cols[FORMAT_COLUMN].append((r.reward_components or {}).get("format"))
             if r.sub_calls_hist:
                 h = np.asarray(r.sub_calls_hist, dtype=float)
                 if hist is None or hist.size < h.size:

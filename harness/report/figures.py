@@ -31,7 +31,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from harness.report.analysis import Analysis, curve, families  # noqa: E402
-from harness.report.dataset import Dataset  # noqa: E402
+from harness.report.dataset import FORMAT_COLUMN, Dataset  # noqa: E402
 from harness.report.stats import smooth_text  # noqa: E402
 
 DPI = 90
@@ -201,12 +201,18 @@ def reward_curves(ds: Dataset, alpha: float, auto: bool = False) -> FigureInfo:
             d = sr[sr["arm"] == arm]
             if len(d) and d["reward_mean"].notna().any():
                 _raw_and_smooth(ax, d, "reward_mean", alpha, col[arm], _seed_label(ds, arm))
+            if len(d) and FORMAT_COLUMN in d and d[FORMAT_COLUMN].notna().any():
+                cf = curve(d, FORMAT_COLUMN, alpha=alpha)
+                ax.plot(cf["step"], cf["mean"], ":", color=col[arm], lw=1.3)
         _labels(ax, f"{role} training reward", STEP_LABEL, REWARD_LABEL)
-    _fig_legend(fig, axes, _style_proxies(alpha))
+    _fig_legend(fig, axes, _style_proxies(alpha) + [("dotted: well-formed share",
+                                                     {"color": "0.5", "ls": ":"})])
     return _finish(fig, "reward_curves", "Training reward against step (mean ± std over seeds)",
                    "Mean training reward of each role's optimizer steps (R_M for the planner, R_S "
                    "for the sub-agent): thin = raw mean over seeds ± 1 sample std, bold = "
-                   f"EMA-smoothed per run (α = {smooth_text(alpha, auto)}) then averaged (cf. paper Fig. 5, 8).")
+                   f"EMA-smoothed per run (α = {smooth_text(alpha, auto)}) then averaged (cf. paper Fig. 5, 8); "
+                   "dotted = the steps' share of well-formed trajectories (the reward's format part), smoothed "
+                   "the same way: the reward rises with it while the format is being learned.")
 
 
 def _cumulative(ds: Dataset) -> pd.DataFrame:

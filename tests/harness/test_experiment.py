@@ -12,6 +12,31 @@ import pytest
 
 from harness.experiment import main
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def record_children(monkeypatch) -> list[list[str]]:
+    """The experiment's child commands, recorded instead of run: a warm start writes its ``warmstart.json``, every
+    child succeeds, and the report subprocess is a no-op."""
+    import json
+    import subprocess
+
+    from harness import experiment
+
+    calls: list[list[str]] = []
+
+    def fake_run(argv, log):
+        calls.append(argv)
+        if "warmstart" in argv:
+            out = Path(argv[argv.index("--out") + 1])
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "warmstart.json").write_text(json.dumps({"check": {}}))
+        return 0
+
+    monkeypatch.setattr(experiment, "_run", fake_run)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
+    return calls
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -52,7 +77,6 @@ def test_runs_start_from_the_shipped_checkpoint_unless_rebuilt(tmp_path, monkeyp
     """Issue 16: ``make demo`` starts every run from ``baselines/checkpoints/<preset>/`` (verified), and
     ``WARMSTART=1`` (``--rebuild-warmstart``) builds the warm start first and ships it there."""
     import json
-    import subprocess
 
     from harness import experiment
     from harness.checkpoint_files import sha256_file
@@ -66,18 +90,7 @@ def test_runs_start_from_the_shipped_checkpoint_unless_rebuilt(tmp_path, monkeyp
             "sha256": {f"joint/{n}": sha256_file(ship / "joint" / n) for n in ("config.json", "tokenizer.json")}}
     (ship / "provenance.json").write_text(json.dumps(prov))
     monkeypatch.setattr(experiment, "CHECKPOINTS", tmp_path / "checkpoints")
-    calls: list[list[str]] = []
-
-    def fake_run(argv, log):
-        calls.append(argv)
-        if "warmstart" in argv:
-            out = Path(argv[argv.index("--out") + 1])
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "warmstart.json").write_text(json.dumps({"check": {}}))
-        return 0
-
-    monkeypatch.setattr(experiment, "_run", fake_run)
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
+    calls = record_children(monkeypatch)
     out = tmp_path / "exp"
     assert experiment.main(["--preset", "tiny", "--seeds", "1", "--quick", "--arms", "mgrpo",
                             "--out", str(out), "--report", str(tmp_path / "rep")]) == 0
@@ -227,3 +240,34 @@ def test_quick_overrides_keep_one_evaluation_run_for_a_greedy_arm():
         assert "eval.runs=2" not in overrides and "planner.max_steps=2" in overrides
         cfg = load_train_config(str(config), overrides)  # valid: a greedy evaluation with one run
         assert cfg.eval.temperature == 0 and cfg.eval.runs == 1
+
+
+def test_the_stage1_preset_builds_its_own_weak_warm_start_then_runs_stage1_mgrpo(tmp_path, monkeypatch, capsys):
+    """Issue 16 (paper Fig. 5 analogue): ``--preset tiny-stage1`` ships no checkpoint, so the experiment builds the
+    preset's weak warm start (the tiny recipe cut short) and starts its one arm, stage-1 mgrpo on one-hop tasks,
+    from it; the warm start is weaker than the tiny preset's by construction (fewer passes, nothing else changed)."""
+    from harness import experiment
+    from harness.config import load_config
+    from harness.train_config import load_train_config
+    from harness.warmstart import WarmstartConfig
+
+    preset = ROOT / "baselines" / "configs" / "tiny-stage1"
+    weak = load_config(WarmstartConfig, str(preset / "warmstart.yaml"), [])
+    tiny = load_config(WarmstartConfig, str(ROOT / "baselines" / "configs" / "tiny" / "warmstart.yaml"), [])
+    assert weak.epochs < tiny.epochs and weak.max_steps <= 0 and weak.model == tiny.model == "tiny"
+    arm = load_train_config(str(preset / "mgrpo.yaml"), [])
+    assert arm.trainer == "mgrpo" and arm.tasks.max_hops == 1 and arm.models.planner == "tiny"
+    assert not (experiment.CHECKPOINTS / "tiny-stage1").exists()
+    calls = record_children(monkeypatch)
+    out = tmp_path / "exp"
+    assert experiment.main(["--preset", "tiny-stage1", "--seeds", "2", "--out", str(out),
+                            "--report", str(tmp_path / "rep")]) == 0
+    ws, *trains = calls
+    assert "warmstart" in ws and ws[ws.index("--config") + 1].endswith("baselines/configs/tiny-stage1/warmstart.yaml")
+    assert len(trains) == 2  # its one arm (the preset has no other), per seed
+    for seed, train in enumerate(trains):
+        assert train[train.index("--config") + 1].endswith("baselines/configs/tiny-stage1/mgrpo.yaml")
+        assert train[train.index("--seed") + 1] == str(seed)
+        assert f"models.planner={out / 'warmstart' / 'planner'}" in train
+        assert f"models.sub={out / 'warmstart' / 'sub_agent'}" in train
+    assert "has no config for" in capsys.readouterr().out  # the other arms are named as skipped

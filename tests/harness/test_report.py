@@ -283,6 +283,21 @@ def test_figures_have_axis_labels_units_legends(messy):
         assert f.read_bytes().startswith(b"\x89PNG")
 
 
+def test_reward_figure_draws_the_format_share_from_the_records(messy):
+    """Issue 16 (paper Fig. 5 analogue): the training-reward figure shows, dotted, each step's share of well-formed
+    trajectories, read from the records' ``reward_components.format``; the reward rises with it while the format is
+    learned."""
+    exp, res = messy
+    st = res.dataset.steps
+    some = next(s for s in exp.specs if s.state != "failed" and s.label == "mgrpo")
+    lines = [json.loads(x) for x in (exp.root / some.run_id / "sub" / "metrics.jsonl").read_text().splitlines()]
+    got = st[(st["run_id"] == some.run_id) & (st["role"] == "sub")].sort_values("step")[dataset.FORMAT_COLUMN]
+    assert got.tolist() == pytest.approx([ln["reward_components"]["format"] for ln in lines])
+    fig = next(f for f in res.figures if f.name == "reward_curves")
+    assert any("well-formed" in lab for lab in fig.legend)
+    assert "share of well-formed trajectories" in fig.caption
+
+
 def test_outputs_are_self_contained_and_consistent(messy):
     _, res = messy
     page = res.html.read_text()
