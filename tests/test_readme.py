@@ -61,6 +61,7 @@ SMALL: dict[str, list[str] | None] = {
     "models.planner=runs/warmstart-tiny models.sub=runs/warmstart-tiny":
         ["tasks.n_train=1", "rollout.planner_turns=2", "rollout.sub_turns=2", "rollout.max_new_tokens=24"],
     "python -m harness experiment --preset tiny-generalise --seeds 3 --report reports/tiny-cpu": None,
+    "python -m harness experiment --preset tiny-stage1 --seeds 3": ["--quick", "--seeds", "1"],
     "pytest benchmarks/ --trainer=expert --bench local_gaia --bench-limit 5": [],
     "pytest benchmarks/ --trainer=mgrpo": ["--bench-limit", "1"],
     "pytest benchmarks/ --trainer=mgrpo --run runs/experiment-tiny-generalise/runs/mgrpo-seed0": ["--bench-limit", "1"],
@@ -82,6 +83,8 @@ EXPECT: dict[str, list[str]] = {
     "pytest benchmarks/ --trainer=expert": [r"local_gaia", r"\b5 passed\b"],
     "pytest benchmarks/ --trainer=mgrpo": [r"local_gaia", r"local_webwalkerqa", r"local_xbench"],
     "python -m harness.report": [r"report"],
+    "python -m harness experiment --preset tiny-stage1": [r"\[1/3\] warm start \.\.\.", r"mgrpo x 1 seed\b",
+                                                         r"done in [\d.]+ min; report: .*tiny-stage1-cpu-quick"],
     "python -m harness profile": [r"\*\*mgrpo / planner\*\*: [\d.]+ s per step over 1 step, model compute \d+%"],
 }
 
