@@ -132,12 +132,24 @@ class AlignmentConfig:
 
     d: int = help_field(8, "aligned sub-trajectories per rollout; the sub-agent group is d*K")
     mode: Literal["query", "none"] = help_field(
-        "query", "'query': align each query's calls to d per rollout (M-GRPO); 'none': FIFO chunks of d*K "
-        "sub-trajectories regardless of query (ablation)")
+        "query", "'query': align each query's calls to d per rollout (M-GRPO); 'none': FIFO chunks of "
+        "alignment.chunk (default d*K) sub-trajectories regardless of query (ablation)")
+    chunk: int | None = help_field(
+        None, "alignment.mode 'none' only: sub-trajectories per FIFO chunk, i.e. per sub-agent group (null: d*K). "
+        "A chunk holds raw sub-trajectories, not aligned duplicates, so d*K of them take about d/(calls per "
+        "rollout) planner steps to arrive; a smaller chunk lets the ablation's sub-agent train as often as the "
+        "aligned one (docs/paper.md)")
 
     def validate(self) -> None:
         if self.d < 1:
             raise ConfigError(f"alignment.d={self.d} must be >= 1")
+        if self.chunk is not None:
+            if self.mode != "none":
+                raise ConfigError(f"alignment.chunk={self.chunk} applies to alignment.mode=none only (query-aligned "
+                                  "groups are d*K by construction); remove it or set alignment.mode=none")
+            if isinstance(self.chunk, bool) or not isinstance(self.chunk, int) or self.chunk < 2:
+                raise ConfigError(f"alignment.chunk={self.chunk!r} must be an integer >= 2 (a group of one "
+                                  "sub-trajectory has no advantage), or null for d*K")
 
 
 @dataclass
@@ -387,7 +399,10 @@ class TrainConfig:
 
     @property
     def sub_group_size(self) -> int:
-        """d*K: one sub-agent TRL group (one query's aligned sub-trajectories)."""
+        """One sub-agent TRL group: d*K (one query's aligned sub-trajectories), or ``alignment.chunk`` FIFO
+        sub-trajectories in the ``none`` ablation when set."""
+        if self.alignment.mode == "none" and self.alignment.chunk is not None:
+            return self.alignment.chunk
         return self.alignment.d * self.rollout.k
 
     @property
@@ -445,18 +460,21 @@ class TrainConfig:
                 f"sub.num_processes={self.sub.num_processes}: trainer {self.trainer}'s sub-agent is frozen, so its "
                 "role is the service alone, one process; set sub.num_processes=1")
         if spec.sub_trains:
+            chunked = self.alignment.mode == "none" and self.alignment.chunk is not None
+            group_of = "alignment.chunk" if chunked else "alignment.d * rollout.k"
+            factors = f"{self.alignment.chunk}" if chunked else f"{self.alignment.d} * {self.k}"
             if self.sub_groups % self.sub.num_processes:
                 # rank 0 takes the step's groups from the store and hands each rank whole groups of d*K
                 raise ConfigError(
                     f"sub: sub.groups_per_step={self.sub_groups} query groups cannot be split over "
-                    f"sub.num_processes={self.sub.num_processes} processes without a group of alignment.d * "
-                    f"rollout.k = {self.sub_group_size} straddling two ranks; make sub.groups_per_step (default: "
+                    f"sub.num_processes={self.sub.num_processes} processes without a group of {group_of} = "
+                    f"{self.sub_group_size} straddling two ranks; make sub.groups_per_step (default: "
                     f"planner.groups_per_step) a multiple of {self.sub.num_processes}")
             sub_gen = self.sub_groups * self.sub_group_size
             if sub_gen % self.sub.micro_batches:
                 raise ConfigError(
-                    f"sub: the generation batch sub.groups_per_step * alignment.d * rollout.k = {self.sub_groups} * "
-                    f"{self.alignment.d} * {self.k} = {sub_gen} must be divisible by sub.num_processes * "
+                    f"sub: the generation batch sub.groups_per_step * {group_of} = {self.sub_groups} * {factors} = "
+                    f"{sub_gen} must be divisible by sub.num_processes * "
                     f"sub.gradient_accumulation_steps = {self.sub.micro_batches}; change sub.groups_per_step or "
                     "sub.gradient_accumulation_steps")
             produced = self.planner_steps * self.planner_groups

@@ -104,11 +104,36 @@ def leave_process_group(torch: Any) -> None:
     """With several processes (torchrun): wait for every rank to finish, then close the process group. A rank that
     exited while another still held the group's connections aborted at interpreter exit ("terminate called
     without an active exception", SIGABRT) after a run that had finished."""
+    global _LEFT_GROUP
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+        _LEFT_GROUP = True
+
+
+#: Set once this process has left a torchrun process group (see :func:`exit_now`).
+_LEFT_GROUP = False
+
+
+def exit_now(rc: int) -> None:
+    """Exit with ``rc``. A rank that was part of a process group skips the interpreter's teardown (``os._exit``
+    after flushing): even after a barrier and ``destroy_process_group``, the C++ destructors that run at
+    interpreter exit still aborted a rank now and then (SIGABRT after "finished after 2 steps" in a CI run of
+    tests/harness/test_multiprocess.py, 2026-12-07), which torchrun reports as a failed role. Everything the role
+    writes (records, checkpoints, the store) is closed before this point."""
+    if not _LEFT_GROUP:
+        sys.exit(rc)
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(rc)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -589,6 +589,27 @@ def test_sub_role_alignment_none_uses_fifo_chunks_across_queries(sub_setup):
     assert recs[0].reward_components["correct"] == pytest.approx((1.0 + 0.0 + 0.0 + 1.0) / 4)
 
 
+def test_sub_role_alignment_none_with_a_smaller_chunk_trains_a_step_per_chunk(sub_setup):
+    """``alignment.chunk: 2`` (docs/training.md): the same 4 sub-trajectories as above make two FIFO chunks of 2,
+    so the sub-agent trains two steps (d*K = 4 gave it one), each on 2 sub-trajectories of mixed queries."""
+    from harness.role.common import PLANNER_DONE, StepStats
+    from harness.role.sub import build_sub_trainer
+
+    cfg, run_dir, store, server, model, tok, tasks = sub_setup("none", alignment={"chunk": 2})
+    assert cfg.sub_group_size == 2
+    _play_planner(cfg, store, server, tasks, "qa@0.0.0", [1, 0], [1.0, 0.0])
+    _play_planner(cfg, store, server, tasks, "qb@0.0.1", [2, 1], [0.0, 1.0])
+    store.put_stat(PLANNER_DONE, {"step": 1})
+    trainer = build_sub_trainer(cfg, run_dir, store, server, model, tok, tasks, run_dir / "sub" / "checkpoints",
+                                StepStats())
+    assert trainer.train_until_planner_done() == 2
+    recs = read_steps(run_dir / "sub" / "metrics.jsonl").records
+    assert [(r.step, r.n_trajectories, r.extra["alignment"]) for r in recs] == [(1, 2, "none"), (2, 2, "none")]
+    # arrival order: qa's call (correct 1.0) and qb's first (0.0), then qb's other two (0.0, 1.0)
+    assert [r.reward_components["correct"] for r in recs] == [pytest.approx(0.5), pytest.approx(0.5)]
+    assert store.pending_groups() == [] and all(c.state == "done" for c in store.consumed_groups())
+
+
 def test_restarted_sub_role_trains_a_redelivered_group_from_its_spool(sub_setup, tmp_path):
     """Kill after taking a group (before its checkpoint/ack): a restarted sub role gets it again,
     finds its trajectories in the run dir's spool (its in-memory buffer is gone) and trains on it."""

@@ -203,3 +203,22 @@ def test_cpu_seconds_counts_a_process_and_reads_none_once_it_is_gone(tmp_path):
     assert first is not None and first >= 0.0
     p.stop()
     assert p.cpu_seconds() is None  # reaped: nothing to read, and no exception
+
+
+def test_a_rank_that_left_its_process_group_exits_with_its_status_and_flushed_output():
+    """harness/role/__main__.py ``exit_now``: a torchrun rank skips the interpreter's teardown (where C++
+    destructors aborted a finished rank) but keeps its exit status and everything it printed, even when stdout
+    is a pipe (block-buffered). A process that was never in a group exits the ordinary way (atexit runs)."""
+    import subprocess
+    import sys
+
+    code = ("import atexit, sys\nimport harness.role.__main__ as m\n"
+            "atexit.register(lambda: sys.stdout.write('atexit ran\\n'))\n"
+            "m._LEFT_GROUP = {left}\nprint('finished after 2 steps')\nsys.stderr.write('last words\\n')\n"
+            "m.exit_now(7)\n")
+    for left, tail in ((True, ""), (False, "atexit ran\n")):
+        proc = subprocess.run([sys.executable, "-c", code.format(left=left)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 7, proc.stderr
+        assert proc.stdout == "finished after 2 steps\n" + tail
+        assert proc.stderr.endswith("last words\n")

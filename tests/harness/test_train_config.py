@@ -132,6 +132,24 @@ def test_inconsistent_sub_batch_names_what_to_change():
         from_dict(TrainConfig, _base(sub={"groups_per_step": 1, "gradient_accumulation_steps": 3}))
 
 
+def test_the_fifo_ablation_may_take_smaller_chunks_than_d_times_k():
+    """``alignment.chunk`` (docs/paper.md, "Ablation"): the ``none`` ablation's sub-agent group is its FIFO chunk of
+    raw sub-trajectories; null keeps d*K. It means nothing for query-aligned groups (refused there), a chunk of one
+    has no advantage (refused), and the batch checks speak of the chunk, not of d*K."""
+    assert from_dict(TrainConfig, _base(alignment={"mode": "none"})).sub_group_size == 8  # d*K
+    cfg = from_dict(TrainConfig, _base(alignment={"mode": "none", "chunk": 3}))
+    assert cfg.sub_group_size == 3
+    with pytest.raises(ConfigError, match=r"alignment\.chunk=4 applies to alignment\.mode=none only"):
+        from_dict(TrainConfig, _base(alignment={"chunk": 4}))
+    with pytest.raises(ConfigError, match=r"alignment\.chunk=1 must be an integer >= 2"):
+        from_dict(TrainConfig, _base(alignment={"mode": "none", "chunk": 1}))
+    with pytest.raises(ConfigError, match=r"sub\.groups_per_step \* alignment\.chunk = 1 \* 3 = 3 must be divisible"):
+        from_dict(TrainConfig, _base(alignment={"mode": "none", "chunk": 3},
+                                     sub={"groups_per_step": 1, "gradient_accumulation_steps": 2}))
+    with pytest.raises(ConfigError, match=r"without a group of alignment\.chunk = 3 straddling"):
+        from_dict(TrainConfig, _base(alignment={"mode": "none", "chunk": 3}, sub={"groups_per_step": 1, "num_processes": 2}))
+
+
 def test_sub_cannot_need_more_groups_than_the_planner_makes():
     with pytest.raises(ConfigError, match=r"lower sub\.max_steps"):
         from_dict(TrainConfig, _base(sub={"max_steps": 9}))
