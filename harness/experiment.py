@@ -21,7 +21,9 @@ of that seed starts from the stage-1 checkpoint (``frozen_sub`` freezes the sub-
 (``tasks.hard_filter``). The report covers the stage-2 runs.
 
 Rerunning the same command resumes the experiment: the warm start and completed runs are reused;
-a run that did not complete is moved to ``<out>/incomplete/`` and started afresh.
+a run that did not complete is moved to ``<out>/incomplete/`` and started afresh, and a completed run whose
+resolved config differs from what its preset gives now (an edited preset) is moved to ``<out>/superseded/``
+and run again, with the changed settings named.
 
 ``--quick`` is a smoke run (a few steps everywhere) that checks the pipeline and claims no
 learning; its report says so in the run names (``quick``). Every stage prints progress; a
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -122,19 +125,69 @@ def check_budget(args: argparse.Namespace, preset_dir: Path, arms: list[str], *,
     return 0, total_min
 
 
+def _move_aside(out: Path, why: str, run_dir: Path) -> Path:
+    """Move ``run_dir`` to ``<out>/<why>/<name>-<time>`` (kept, never mixed into a new attempt); the new place."""
+    kept = out / why / f"{run_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    run_dir.rename(kept)
+    return kept
+
+
+def config_changes(saved: Any, now: Any) -> list[str]:
+    """``key: before -> now`` for every setting in which ``saved`` (the resolved config a run or a warm start was
+    made with, as plain data) differs from ``now`` (the config dataclass its preset and overrides resolve to now,
+    e.g. after the preset was edited). ``saved`` is resolved again under today's defaults first, so a setting added
+    since, at a default that keeps the old behaviour, is no change. ``run_id`` (a run's folder name) is not
+    compared. A saved config that no longer loads (a setting since removed) is a change too."""
+    from harness.config import from_dict, to_dict
+
+    def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in d.items():
+            out.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+        return out
+
+    try:
+        before = flat(to_dict(from_dict(type(now), dict(saved))))
+    except (ConfigError, TypeError, ValueError) as exc:
+        return [f"the saved config no longer loads ({exc})"]
+    after = flat(to_dict(now))
+    return [f"{key}: {before.get(key)!r} -> {after.get(key)!r}" for key in sorted(set(before) | set(after))
+            if key != "run_id" and before.get(key) != after.get(key)]
+
+
+def _changes_note(changed: list[str]) -> str:
+    return "; ".join(changed[:6]) + (f"; and {len(changed) - 6} more" if len(changed) > 6 else "")
+
+
+def run_config_changes(run_dir: Path, config: Path, overrides: list[str]) -> list[str]:
+    """:func:`config_changes` of a run folder's ``config.yaml`` against ``config`` with ``overrides`` now."""
+    import yaml
+
+    try:
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        return [f"its config.yaml cannot be read ({exc})"]
+    return config_changes(saved if isinstance(saved, dict) else {}, load_train_config(str(config), overrides))
+
+
 def train_run(args: argparse.Namespace, out: Path, name: str, seed: int, trainer: str, config: Path, run_dir: Path,
               overrides: list[str], log: Path) -> str | None:
     """One ``python -m harness train`` run into ``run_dir`` (skipped when it already completed; an incomplete
     earlier attempt is moved aside); returns why it failed, else None."""
+    extra = [*overrides, *(quick_train(config) if args.quick else [])]
     if (run_dir / "status.json").is_file() and json.loads((run_dir / "status.json").read_text()).get("state") == "completed":
-        return None
-    if run_dir.exists():  # an earlier attempt that did not complete: kept aside, never mixed into this one
-        kept = out / "incomplete" / f"{run_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}"
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        run_dir.rename(kept)
+        changed = run_config_changes(run_dir, config, [*extra, f"trainer={trainer}", f"seed={seed}"])
+        if not changed:
+            return None
+        kept = _move_aside(out, "superseded", run_dir)
+        tqdm.write(f"note: {run_dir.name} completed under another config than {_arg(config)} gives now "
+                   f"({_changes_note(changed)}); it was moved to {kept} and runs again")
+    elif run_dir.exists():  # an earlier attempt that did not complete: kept aside, never mixed into this one
+        kept = _move_aside(out, "incomplete", run_dir)
         tqdm.write(f"note: an incomplete earlier attempt of {run_dir.name} was moved to {kept}; starting it afresh")
     cmd = [sys.executable, "-m", "harness", "train", "--trainer", trainer, "--config", _arg(config),
-           "--seed", str(seed), "--run-dir", _arg(run_dir), *overrides, *(quick_train(config) if args.quick else [])]
+           "--seed", str(seed), "--run-dir", _arg(run_dir), *extra]
     rc = _run(cmd, log)
     return f"{name} seed {seed} (exit {rc}; see {log})" if rc != 0 else None
 
@@ -262,6 +315,14 @@ def main(argv: list[str] | None = None) -> int:
         summary = prov
         start = {agent: shipped for agent in ("planner", "sub_agent", "single_agent")}
     else:
+        if (ws_dir / "warmstart.json").is_file() and not args.rebuild_warmstart:
+            changed = config_changes(json.loads((ws_dir / "warmstart.json").read_text()).get("config") or {},
+                                     load_config(WarmstartConfig, str(ws_config) if ws_config.is_file() else None,
+                                                 QUICK_WARMSTART if args.quick else []))
+            if changed:
+                kept = _move_aside(out, "superseded", ws_dir)
+                print(f"note: the warm start in {ws_dir} was built under another config than {_arg(ws_config)} "
+                      f"gives now ({_changes_note(changed)}); it was moved to {kept} and is built again", flush=True)
         if args.rebuild_warmstart or not (ws_dir / "warmstart.json").is_file():
             print(f"[1/{n_stages}] warm start ...", flush=True)
             cmd = [sys.executable, "-m", "harness", "warmstart", "--out", _arg(ws_dir)]

@@ -16,12 +16,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def record_children(monkeypatch) -> list[list[str]]:
-    """The experiment's child commands, recorded instead of run: a warm start writes its ``warmstart.json``, every
-    child succeeds, and the report subprocess is a no-op."""
+    """The experiment's child commands, recorded instead of run: a warm start writes its ``warmstart.json`` (with
+    the config it was given, resolved, as the real one does), every child succeeds, and the report subprocess is a
+    no-op."""
     import json
     import subprocess
 
     from harness import experiment
+    from harness.config import load_config, to_dict
+    from harness.warmstart import WarmstartConfig
 
     calls: list[list[str]] = []
 
@@ -30,7 +33,9 @@ def record_children(monkeypatch) -> list[list[str]]:
         if "warmstart" in argv:
             out = Path(argv[argv.index("--out") + 1])
             out.mkdir(parents=True, exist_ok=True)
-            (out / "warmstart.json").write_text(json.dumps({"check": {}}))
+            config = str(ROOT / argv[argv.index("--config") + 1]) if "--config" in argv else None
+            resolved = load_config(WarmstartConfig, config, [a for a in argv[4:] if "=" in a and a[0] != "-"])
+            (out / "warmstart.json").write_text(json.dumps({"check": {}, "config": to_dict(resolved)}))
         return 0
 
     monkeypatch.setattr(experiment, "_run", fake_run)
@@ -246,6 +251,8 @@ def test_the_stage1_preset_builds_its_own_weak_warm_start_then_runs_stage1_mgrpo
     """Issue 16 (paper Fig. 5 analogue): ``--preset tiny-stage1`` ships no checkpoint, so the experiment builds the
     preset's weak warm start (the tiny recipe cut short) and starts its one arm, stage-1 mgrpo on one-hop tasks,
     from it; the warm start is weaker than the tiny preset's by construction (fewer passes, nothing else changed)."""
+    import json
+
     from harness import experiment
     from harness.config import load_config
     from harness.train_config import load_train_config
@@ -271,3 +278,68 @@ def test_the_stage1_preset_builds_its_own_weak_warm_start_then_runs_stage1_mgrpo
         assert f"models.planner={out / 'warmstart' / 'planner'}" in train
         assert f"models.sub={out / 'warmstart' / 'sub_agent'}" in train
     assert "has no config for" in capsys.readouterr().out  # the other arms are named as skipped
+    # Rerun: the warm start built under the same config is reused; one built under another (an edited preset) is
+    # moved to <out>/superseded/ and built again, with the changed setting named.
+    again = ["--preset", "tiny-stage1", "--seeds", "1", "--out", str(out), "--report", str(tmp_path / "rep")]
+    del calls[:]
+    assert experiment.main(again) == 0 and not any("warmstart" in c for c in calls)
+    record = json.loads((out / "warmstart" / "warmstart.json").read_text())
+    record["config"]["epochs"] = 4.0
+    (out / "warmstart" / "warmstart.json").write_text(json.dumps(record))
+    del calls[:]
+    assert experiment.main(again) == 0 and sum("warmstart" in c for c in calls) == 1
+    assert len(list((out / "superseded").iterdir())) == 1
+    assert "epochs: 4.0 -> 5.0" in capsys.readouterr().out
+
+
+def test_a_completed_run_is_reused_only_while_its_preset_resolves_to_the_same_config(tmp_path, monkeypatch, capsys):
+    """Rerunning an experiment reuses a completed run only if its saved ``config.yaml`` is what the preset and the
+    run's overrides resolve to now; after a preset edit (here ``alignment.chunk``) the run is moved to
+    ``<out>/superseded/`` and run again, and the note names the changed setting. A setting added to the config
+    since the run, at a default that keeps the old behaviour, is no change."""
+    import argparse
+    import json
+
+    import yaml
+
+    from harness import experiment
+    from harness.config import to_dict
+    from harness.train_config import load_train_config
+
+    calls = record_children(monkeypatch)
+    preset = ROOT / "baselines/configs/tiny-generalise/mgrpo_align_none.yaml"
+    out = tmp_path / "exp"
+    run = out / "runs" / "mgrpo_align_none-seed1"
+    overrides = ["models.planner=baselines/checkpoints/tiny-generalise", "models.sub=baselines/checkpoints/tiny-generalise"]
+    args = argparse.Namespace(quick=False)
+
+    def completed_run(**changes):
+        run.mkdir(parents=True)
+        cfg = to_dict(load_train_config(str(preset), [*overrides, "trainer=mgrpo", "seed=1",
+                                                      f"run_id={run.name}"]))
+        for key, value in changes.items():
+            section, name = key.split(".")
+            if value is None:
+                del cfg[section][name]  # as written before the setting existed
+            else:
+                cfg[section][name] = value
+        (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        (run / "status.json").write_text(json.dumps({"state": "completed"}))
+
+    def train():
+        return experiment.train_run(args, out, "mgrpo_align_none", 1, "mgrpo", preset, run, overrides, tmp_path / "log")
+
+    completed_run()
+    assert train() is None and calls == [] and run.is_dir()  # the same config: reused
+    run.rename(tmp_path / "same")
+    completed_run(**{"alignment.chunk": 16})  # made before the preset set chunk 4
+    assert train() is None
+    assert len(calls) == 1 and calls[0][calls[0].index("--run-dir") + 1].endswith("mgrpo_align_none-seed1")
+    moved = list((out / "superseded").iterdir())
+    assert len(moved) == 1 and (moved[0] / "config.yaml").is_file() and not run.exists()
+    assert "alignment.chunk: 16 -> 4" in capsys.readouterr().out
+    # a config saved before a setting existed is compared under today's default (chunk: null)
+    plain = ROOT / "baselines/configs/tiny-generalise/mgrpo.yaml"
+    completed_run(**{"alignment.chunk": None, "alignment.mode": "query"})
+    assert experiment.run_config_changes(run, plain, [*overrides, "trainer=mgrpo", "seed=1"]) == []
+    assert experiment.run_config_changes(run, plain, [*overrides, "trainer=mgrpo", "seed=2"]) == ["seed: 1 -> 2"]
