@@ -124,3 +124,112 @@ def test_cross_episode_batching_speedup(runtime, benchmark):
     print(f"K=8 group: sequential {sequential_s:.2f} s, batched {batched_s:.2f} s, "
           f"speedup {sequential_s / batched_s:.2f}x ({tokens} tokens, {tokens / batched_s:.0f} tokens/s batched)")
     assert sequential_s / batched_s > 1.0
+
+
+class _LeanDecoder:
+    """One decoding step of the tiny Qwen3 model written as bare tensor operations (no modules, no cache
+    objects, fused q/k/v and gate/up weights): the least per-call overhead a decode step can have on this CPU
+    in eager PyTorch. Used only to measure how far batching can go (docs/performance.md), never to generate."""
+
+    def __init__(self, model):
+        c = model.config
+        self.heads, self.kv_heads = c.num_attention_heads, c.num_key_value_heads
+        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        self.eps, self.rotary = c.rms_norm_eps, model.model.rotary_emb
+        self.layers = [
+            dict(qkv=torch.cat([l.self_attn.q_proj.weight, l.self_attn.k_proj.weight, l.self_attn.v_proj.weight]),
+                 o=l.self_attn.o_proj.weight, q_norm=l.self_attn.q_norm.weight, k_norm=l.self_attn.k_norm.weight,
+                 norm_in=l.input_layernorm.weight, norm_post=l.post_attention_layernorm.weight,
+                 gate_up=torch.cat([l.mlp.gate_proj.weight, l.mlp.up_proj.weight]), down=l.mlp.down_proj.weight)
+            for l in model.model.layers
+        ]
+        self.embed, self.norm, self.head = model.model.embed_tokens.weight, model.model.norm.weight, model.lm_head.weight
+
+    def _rope(self, x, cos, sin):
+        half = self.head_dim // 2
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+    def step(self, tokens, positions, keys, values, filled, mask):
+        """Logits of the next token for ``tokens`` [B] at ``positions`` [B]; ``keys``/``values`` per layer
+        [B, kv_heads, columns, head_dim] with ``filled`` columns used (the new token's KV is written after them)."""
+        rms = torch.nn.functional.rms_norm
+        batch, (h, kv, d) = tokens.shape[0], (self.heads, self.kv_heads, self.head_dim)
+        x = self.embed[tokens]
+        cos, sin = self.rotary(x, positions.unsqueeze(-1))  # [B, 1, D]: broadcast over heads
+        for i, w in enumerate(self.layers):
+            q, k, v = (rms(x, x.shape[-1:], w["norm_in"], self.eps) @ w["qkv"].T).split([h * d, kv * d, kv * d], -1)
+            q = self._rope(rms(q.view(batch, h, d), (d,), w["q_norm"], self.eps), cos, sin)
+            keys[i][:, :, filled] = self._rope(rms(k.view(batch, kv, d), (d,), w["k_norm"], self.eps), cos, sin)
+            values[i][:, :, filled] = v.view(batch, kv, d)
+            attn = torch.nn.functional.scaled_dot_product_attention(
+                q.unsqueeze(2), keys[i][:, :, : filled + 1], values[i][:, :, : filled + 1],
+                attn_mask=None if mask is None else mask[:, :, :, : filled + 1], enable_gqa=True)
+            x = x + attn.reshape(batch, h * d) @ w["o"].T
+            gate, up = (rms(x, x.shape[-1:], w["norm_post"], self.eps) @ w["gate_up"].T).chunk(2, -1)
+            x = x + (torch.nn.functional.silu(gate) * up) @ w["down"].T
+        return rms(x, x.shape[-1:], self.norm, self.eps) @ self.head.T
+
+
+def _median_ms(fn, rounds: int = 5, calls: int = 200) -> float:
+    fn()
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t0) / calls * 1e3)
+    return sorted(times)[rounds // 2]
+
+
+@pytest.mark.slow
+@pytest.mark.perf
+def test_batching_ceiling_of_a_decode_step(runtime, benchmark):
+    """How much K=8 batching can gain at most: 8 x (decode step at batch 1) / (decode step at batch 8), with
+    300 cached tokens and a padding mask at batch 8, for transformers' forward and for a lean step with no
+    framework overhead (:class:`_LeanDecoder`). The lean step is checked against the model's own logits first,
+    so the timing is of the same computation. Both ceilings are figures (the K=8 target is 6x); the assertion is
+    only the equality of the logits."""
+    model = runtime.backend.model
+    lean, cached = _LeanDecoder(model), 300
+    ceilings = {}
+    with torch.no_grad():
+        # the lean step computes what the model computes
+        ids = torch.randint(0, model.config.vocab_size, (2, cached + 1), generator=torch.Generator().manual_seed(0))
+        want = model(input_ids=ids).logits[:, -1]
+        past = model(input_ids=ids[:, :cached], use_cache=True).past_key_values
+        keys = [torch.zeros(2, lean.kv_heads, cached + 1, lean.head_dim) for _ in lean.layers]
+        values = [torch.zeros_like(k) for k in keys]
+        for i, layer in enumerate(past.layers):
+            keys[i][:, :, :cached], values[i][:, :, :cached] = layer.keys, layer.values
+        got = lean.step(ids[:, -1], torch.full((2,), cached), keys, values, cached, None)
+        assert torch.allclose(got, want, atol=1e-4), (got - want).abs().max()
+
+        times = {}
+        for batch in (1, 8):
+            mask = torch.ones(batch, 1, 1, cached + 1, dtype=torch.bool)
+            attention_mask = torch.ones(batch, cached + 1, dtype=torch.long)
+            if batch > 1:  # left padding of the shorter rows, as in a batched group
+                mask[1:, :, :, :20] = False
+                attention_mask[1:, :20] = 0
+            tokens, positions = torch.zeros(batch, dtype=torch.long), torch.full((batch,), cached)
+            keys = [torch.randn(batch, lean.kv_heads, cached + 1, lean.head_dim) for _ in lean.layers]
+            values = [torch.randn_like(k) for k in keys]
+            lean_ms = _median_ms(lambda: lean.step(tokens, positions, keys, values, cached, mask if batch > 1 else None))
+            past = model(input_ids=torch.zeros(batch, cached, dtype=torch.long), use_cache=True).past_key_values
+
+            def hf_step():
+                model(input_ids=tokens.unsqueeze(-1), attention_mask=attention_mask, position_ids=positions.unsqueeze(-1),
+                      past_key_values=past, use_cache=True)
+                for layer in past.layers:  # drop the step's column: every call sees 300 cached tokens
+                    layer.keys, layer.values = layer.keys[:, :, :cached], layer.values[:, :, :cached]
+
+            times[batch] = (lean_ms, _median_ms(hf_step, calls=100))
+    benchmark.pedantic(lambda: lean.step(tokens, positions, keys, values, cached, mask), rounds=1, iterations=1)
+    for j, name in enumerate(("a lean decode step", "transformers' decode step")):
+        ceilings[name] = 8 * times[1][j] / times[8][j]
+        figure(benchmark, f"K=8 batching ceiling with {name}: 8 x batch-1 / batch-8 step", ceilings[name],
+               unit="x", target=6.0)
+    benchmark.extra_info.update(step_ms={str(b): {"lean": t[0], "transformers": t[1]} for b, t in times.items()})
+    lean_x, hf_x = ceilings["a lean decode step"], ceilings["transformers' decode step"]
+    print(f"decode step ms, batch 1 / batch 8: lean {times[1][0]:.2f} / {times[8][0]:.2f} (ceiling {lean_x:.2f}x); "
+          f"transformers {times[1][1]:.2f} / {times[8][1]:.2f} (ceiling {hf_x:.2f}x)")
