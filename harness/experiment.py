@@ -41,11 +41,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from tqdm import tqdm
 
 from harness.budget import estimate_experiment, format_breakdown
 from harness.checkpoint_files import PROVENANCE_FILE, verify_checkpoint
-from harness.config import ConfigError, load_config, load_yaml
+from harness.config import ConfigError, from_dict, load_config, load_yaml, to_dict
 from harness.records import portable_argv
 from harness.role.checkpoints import last_checkpoint
 from harness.train_config import load_train_config
@@ -139,8 +140,6 @@ def config_changes(saved: Any, now: Any) -> list[str]:
     e.g. after the preset was edited). ``saved`` is resolved again under today's defaults first, so a setting added
     since, at a default that keeps the old behaviour, is no change. ``run_id`` (a run's folder name) is not
     compared. A saved config that no longer loads (a setting since removed) is a change too."""
-    from harness.config import from_dict, to_dict
-
     def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in d.items():
@@ -162,8 +161,6 @@ def _changes_note(changed: list[str]) -> str:
 
 def run_config_changes(run_dir: Path, config: Path, overrides: list[str]) -> list[str]:
     """:func:`config_changes` of a run folder's ``config.yaml`` against ``config`` with ``overrides`` now."""
-    import yaml
-
     try:
         saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:

@@ -16,6 +16,7 @@ planner, within ``service.startup_timeout_s``) stops it with exit status 4 and o
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -124,8 +125,6 @@ def exit_now(rc: int) -> None:
     writes (records, checkpoints, the store) is closed before this point."""
     if not _LEFT_GROUP:
         sys.exit(rc)
-    import logging
-
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
