@@ -67,6 +67,12 @@ class WarmstartConfig:
     """Warm start of the agents by SFT on scripted-expert transcripts."""
 
     model: str = help_field("tiny", "model name (tiny, smollm2-135m), local path or HF id")
+    init: str | None = help_field(None, "start every fine-tuning from this warm start instead of a fresh model: a "
+                                  "shipped checkpoint (its hashes verified) or a build folder, e.g. "
+                                  "baselines/checkpoints/tiny-generalise (a relative path is looked up from the "
+                                  "repository root when it is not found from the current folder). Its tokenizer is "
+                                  "used as it is (none is built), so copy_steps and copy_mix must be 0; model is then "
+                                  "ignored. null: a fresh model (docs/training.md, \"A warm start with blind spots\")")
     seed: int = help_field(0, "seed of the model initialisation, data order and sampling")
     world_seed: int = help_field(0, "seed of the offline world")
     world_size: str = help_field("small", "world preset: tiny, small or default")
@@ -202,6 +208,10 @@ class WarmstartConfig:
             raise ConfigError(f"loss_tokens={self.loss_tokens!r}: choose model or all")
         if self.tokenizer not in ("bpe", "letters", "syllables"):
             raise ConfigError(f"tokenizer={self.tokenizer!r}: choose bpe, letters or syllables")
+        resolve_init(self.init)  # a missing folder is refused before anything runs
+        if self.init is not None and (self.copy_steps or self.copy_mix):
+            raise ConfigError(f"init={self.init!r} starts from a model that went through its own copy drill and keeps "
+                              "its tokenizer: set copy_steps: 0 and copy_mix: 0")
         if not self.world_demos and not self.demo_worlds:
             raise ConfigError("world_demos=false needs demo_worlds > 0 (no demonstrations otherwise)")
         if self.restarts:
@@ -637,12 +647,15 @@ class Prepared:
     n_worlds: int
     stages: dict[str, float]
     alphabet: list[int] = field(default_factory=list)  # the copy drill's pieces, most frequent first
+    init: Path | None = None  # WarmstartConfig.init, resolved: the warm start every fine-tuning starts from
 
-    def new_model(self) -> Any:
-        """A freshly initialised model for :attr:`tokenizer` (the same weights on every call), or the named
-        pretrained model."""
+    def new_model(self, agent: str = "planner") -> Any:
+        """A freshly initialised model for :attr:`tokenizer` (the same weights on every call), the named
+        pretrained model, or (``init``) ``agent``'s model in the warm start the fine-tuning continues."""
         from harness.models import build_tiny_model, load_model  # lazy: harness.models imports torch
 
+        if self.init is not None:
+            return load_model(str(warm_start_model_dir(self.init, agent)))[0]
         if self.spec.name == "tiny":
             return build_tiny_model(self.spec.tiny, self.tokenizer, self.spec.seed)
         return load_model(self.spec, corpus=self.corpus)[0]
@@ -738,7 +751,10 @@ def prepare(cfg: WarmstartConfig) -> Prepared:
     corpus = None
     spec = ModelSpec(name=cfg.model, seed=cfg.seed)
     tokenizer = None
-    if cfg.model == "tiny":
+    init = resolve_init(cfg.init)
+    if init is not None:
+        _, tokenizer = load_model(str(warm_start_model_dir(init, "planner")))
+    elif cfg.model == "tiny":
         if cfg.vocab_size:
             spec.tiny.vocab_size = cfg.vocab_size
         extra_worlds = [generate_world(seed=demo_world_seed(cfg.world_seed, i), size=cfg.demo_world_size)
@@ -770,7 +786,20 @@ def prepare(cfg: WarmstartConfig) -> Prepared:
     pieces = name_pieces(tokenizer, [tb.world for tb, _ in picked[:50]])
     if cfg.copy_alphabet == "all":
         pieces = transcript_pieces(tokenizer, demos, pieces)
-    return Prepared(world, train, test, toolbox, demos, tokenizer, corpus, spec, len(picked), stages, pieces)
+    return Prepared(world, train, test, toolbox, demos, tokenizer, corpus, spec, len(picked), stages, pieces, init)
+
+
+def resolve_init(init: str | None) -> Path | None:
+    """:attr:`WarmstartConfig.init` as a folder: as given, else from the repository root; a missing one is a
+    :class:`ConfigError` naming both places."""
+    if init is None:
+        return None
+    path = Path(init)
+    for candidate in (path, PRESETS_DIR.parents[1] / path):
+        if candidate.is_dir():
+            return candidate
+    raise ConfigError(f"init={init!r}: no such folder (looked in {Path.cwd()} and {PRESETS_DIR.parents[1]}); give a "
+                      "shipped checkpoint or a warm-start build folder")
 
 
 # --------------------------------------------------------------------------- copy drill
@@ -1041,11 +1070,14 @@ def run_warmstart(cfg: WarmstartConfig, out: Path) -> dict[str, Any]:
         "n_demo_tasks": demos.n_tasks, "n_demo_worlds": prep.n_worlds,
         "expert_demo_accuracy": demos.n_correct / max(1, demos.n_tasks), "agents": {},
     }
+    if prep.init is not None:  # what the fine-tuning continued from, by content
+        summary["init"] = {"path": cfg.init, "sha256": {str(f.relative_to(prep.init)): sha256_file(f)
+                                                         for f in sorted(prep.init.rglob("*.safetensors"))}}
     models: dict[str, Any] = {}
     # One SFT per agent, or (joint) one SFT on every agent's transcripts, saved under each agent's name.
     for name, agents, kept, dropped in prep.sft_runs(cfg):
         random.Random(cfg.seed).shuffle(kept)
-        model = prep.new_model()  # a fresh copy of the same initialisation per SFT
+        model = prep.new_model(agents[0])  # a fresh copy of the same initialisation (or of init's model) per SFT
         drill = None
         # a resumed SFT loads its checkpoint's weights, which already went through the drill
         resuming = cfg.save_steps > 0 and any((out / agents[0] / "trainer").glob("checkpoint-*"))

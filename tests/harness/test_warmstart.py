@@ -123,6 +123,35 @@ def test_a_resumed_build_skips_the_copy_drill_its_checkpoint_went_through(tmp_pa
     assert "copy_drill" not in second and second["resumed_from"].endswith("checkpoint-2") and second["steps"] == 4
 
 
+def test_init_continues_a_warm_start_with_its_tokenizer_and_weights(tmp_path, capsys):
+    """``init``: the fine-tuning starts from an existing warm start's model and keeps its tokenizer (no tokenizer is
+    built, even when the demonstrations would have given another one); with a learning rate of 0 the saved model
+    is that warm start's, and the build records what it continued from by hash."""
+    import torch
+
+    base, more = tmp_path / "base", tmp_path / "more"
+    common = ["joint=true", "n_test_tasks=1", "eval_tasks=0", "gate_tasks=0", "max_steps=1", "batch_size=2",
+              "world_size=tiny", "agents=[planner,sub_agent]"]
+    assert main(["--out", str(base), *common, "n_train_tasks=2"]) == 0
+    # other demonstrations (more tasks, another world seed), so a tokenizer built from them would differ
+    assert main(["--out", str(more), *common, "n_train_tasks=3", "world_seed=5", "learning_rate=0",
+                 f"init={base}"]) == 0
+    assert (more / "planner" / "tokenizer.json").read_text() == (base / "planner" / "tokenizer.json").read_text()
+    built = prepare(load_config(WarmstartConfig, None, [*common, "n_train_tasks=3", "world_seed=5"])).tokenizer
+    assert built.get_vocab() != load_model(str(base / "planner"))[1].get_vocab()  # what init kept it from
+    before, _ = load_model(str(base / "planner"))
+    after, _ = load_model(str(more / "planner"))
+    for (name, a), (_, b) in zip(before.state_dict().items(), after.state_dict().items()):
+        assert torch.equal(a, b), name
+    summary = json.loads((more / "warmstart.json").read_text())
+    assert summary["init"]["path"] == str(base) and set(summary["init"]["sha256"]) >= {"planner/model.safetensors"}
+    # a missing folder and a copy drill on top of an init are refused before anything runs
+    assert main(["--out", str(tmp_path / "x"), *common, f"init={tmp_path / 'nowhere'}"]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    assert main(["--out", str(tmp_path / "x"), *common, f"init={base}", "copy_steps=3"]) == 2
+    assert "set copy_steps: 0 and copy_mix: 0" in capsys.readouterr().err
+
+
 def test_bad_config_is_a_clear_error(tmp_path, capsys):
     assert main(["--out", str(tmp_path), "agents=[planner,critic]"]) == 2
     assert "unknown ['critic']" in capsys.readouterr().err
