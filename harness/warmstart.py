@@ -59,7 +59,8 @@ from harness.world.toolbox import WorldToolbox
 log = logging.getLogger(__name__)
 
 AGENTS = ("planner", "sub_agent", "single_agent")
-PRESETS_DIR = Path(__file__).resolve().parents[1] / "baselines" / "configs"
+ROOT = Path(__file__).resolve().parents[1]  # the repository (a relative `init` is also looked up here)
+PRESETS_DIR = ROOT / "baselines" / "configs"
 
 
 @dataclass
@@ -795,10 +796,10 @@ def resolve_init(init: str | None) -> Path | None:
     if init is None:
         return None
     path = Path(init)
-    for candidate in (path, PRESETS_DIR.parents[1] / path):
+    for candidate in (path, ROOT / path):
         if candidate.is_dir():
             return candidate
-    raise ConfigError(f"init={init!r}: no such folder (looked in {Path.cwd()} and {PRESETS_DIR.parents[1]}); give a "
+    raise ConfigError(f"init={init!r}: no such folder (looked in {Path.cwd()} and {ROOT}); give a "
                       "shipped checkpoint or a warm-start build folder")
 
 
