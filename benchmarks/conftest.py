@@ -99,6 +99,7 @@ from benchmarks.scoring import accuracy
 from benchmarks.web import PROVIDERS, UNREACHABLE_VERDICT, WebError, WebOptions, preflight
 from harness.records import (
     RUN_STATES,
+    SPLIT_DIRS,
     RunPaths,
     TaskRecord,
     append_task,
@@ -108,6 +109,7 @@ from harness.records import (
     write_status,
 )
 from harness.world.generator import SIZES
+from harness.world.tasks import select_tasks
 
 DEFAULT_BENCHES = ("local_gaia", "local_xbench", "local_webwalkerqa")
 SESSION_KEY = "mgrpo_eval_session"
@@ -132,6 +134,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--bench", action="append", default=None, metavar="NAME[,NAME]",
                 help=f"benchmarks to run (repeatable or comma-separated; default {','.join(DEFAULT_BENCHES)})")
     g.addoption("--bench-limit", type=int, default=None, metavar="N", help="first N tasks of each benchmark")
+    g.addoption("--templates", default=None, metavar="PATTERN[,PATTERN]",
+                help="only the local_* tasks whose world task template matches one of these glob patterns (e.g. "
+                     "gaia.person.*, as a run's tasks.templates), before --bench-limit")
     g.addoption("--split", default="test", choices=("test", "train"), help="split of the local_* benchmarks")
     g.addoption("--judge", default="exact", metavar="NAME", help="judge for non-exact answers (exact, llm, replay)")
     g.addoption("--judge-option", action="append", default=[], metavar="KEY=VALUE",
@@ -211,6 +216,8 @@ class EvalState:
     """:class:`benchmarks.web.WebOptions` of ``--web``, else None (the real benchmarks are NOT_RUN)."""
     inference_runs: int = 1
     temperature: float = 0.0
+    templates: tuple[str, ...] | None = None
+    """``--templates``: glob patterns of the world task templates kept in the local_* benchmarks (None = all)."""
     target: Any = None
     no_run: str | None = None
     weights: dict[str, Any] = field(default_factory=dict)
@@ -247,12 +254,21 @@ class EvalState:
                 continue
             try:
                 split = self.split if isinstance(bench, LocalBenchmark) else None
-                tasks = self._loaded[name] if name in self._loaded else bench.load(split=split, limit=self.limit)
+                if name in self._loaded:
+                    tasks = self._loaded[name]
+                elif self.templates is not None and isinstance(bench, LocalBenchmark):
+                    tasks = bench.load(split=split)
+                    keep = {id(row) for row in select_tasks([t.metadata["world_task"] for t in tasks],
+                                                            templates=self.templates)}
+                    tasks = [t for t in tasks if id(t.metadata["world_task"]) in keep][: self.limit]
+                else:
+                    tasks = bench.load(split=split, limit=self.limit)
             except BenchmarkDataMissing as exc:
                 out.append(EvalCase(name, skip=f"data missing: {exc.reason}"))
                 continue
             if not tasks:
-                out.append(EvalCase(name, skip="the benchmark has no tasks in this split"))
+                out.append(EvalCase(name, skip="the benchmark has no tasks in this split" + (
+                    f" of templates {', '.join(self.templates)}" if self.templates is not None else "")))
                 continue
             out.extend(EvalCase(name, task, self.no_run) for task in tasks)
         return out
@@ -359,7 +375,8 @@ def pytest_configure(config: pytest.Config) -> None:
                       visit_backend=web.visit_backend if web is not None else (opt.visit_backend or "direct"),
                       expert_noise=opt.expert_noise, task_timeout=opt.task_timeout, session_id=session_id,
                       is_worker=is_worker, target=target, no_run=no_run, weights=weights, web=web,
-                      inference_runs=opt.inference_runs, temperature=temperature)
+                      inference_runs=opt.inference_runs, temperature=temperature,
+                      templates=tuple(t for t in opt.templates.split(",") if t) if opt.templates else None)
     config.stash[_STATE] = state
     if web is not None and not is_worker and not config.option.collectonly:
         _check_real_benchmarks(state)
@@ -504,13 +521,17 @@ class EvalSuite:
         if self._runner is not None:
             self._runner.close()
 
-    def _answer(self, bench: Any, task: Any, run: int = 0) -> tuple[Any, str | None, str | None]:
-        """(Answer or None, error, traceback) within the task timeout; never raises."""
+    def _answer(self, bench: Any, task: Any, run: int | None = 0) -> tuple[Any, str | None, str | None]:
+        """(Answer or None, error, traceback) within the task timeout; never raises. ``run=None``: every inference
+        run at once (:meth:`benchmarks.runners.Runner.answer_runs`, a list of answers or None), within the timeout
+        times the number of runs."""
         box: dict[str, Any] = {}
+        n = self.state.inference_runs
 
         def work() -> None:
             try:
-                box["answer"] = self.runner.answer(bench, task, run)
+                box["answer"] = (self.runner.answer(bench, task, run) if run is not None
+                                 else self.runner.answer_runs(bench, task, n))
             except BaseException as exc:  # noqa: BLE001 - a crash is a recorded verdict (docs/evaluation.md)
                 message = "(message withheld: sensitive benchmark)" if bench.sensitive else str(exc)[:500]
                 box["error"] = f"{type(exc).__name__}: {message}"
@@ -520,9 +541,10 @@ class EvalSuite:
         # A daemon thread, so a hung agent cannot keep the worker alive; it is abandoned on timeout.
         thread = threading.Thread(target=work, name=f"eval-{task.task_id}", daemon=True)
         thread.start()
-        thread.join(self.state.task_timeout)
+        timeout = self.state.task_timeout * (n if run is None else 1)
+        thread.join(timeout)
         if thread.is_alive():
-            return None, f"timeout: no answer after {self.state.task_timeout:g} s", None
+            return None, f"timeout: no answer after {timeout:g} s", None
         return box.get("answer"), box.get("error"), box.get("trace")
 
     def evaluate(self, case: EvalCase, timed: Callable[[Callable[[], Any]], Any]) -> list[Outcome]:
@@ -530,8 +552,17 @@ class EvalSuite:
         bench, task = self.state.bench(case.bench), case.task
 
         def runs() -> list[tuple[Any, str | None, str | None, float]]:
+            n = self.state.inference_runs
+            if n > 1:  # all runs in one batch where the runner can (a local task's group); latency: their share
+                t0 = time.perf_counter()
+                answers, error, trace = self._answer(bench, task, None)
+                share = (time.perf_counter() - t0) / n
+                if error is not None:
+                    return [(None, error, trace, share)] * n
+                if answers is not None:
+                    return [(a, None, None, share) for a in answers]
             out = []
-            for run in range(self.state.inference_runs):
+            for run in range(n):
                 t0 = time.perf_counter()
                 answer, error, trace = self._answer(bench, task, run)
                 out.append((answer, error, trace, time.perf_counter() - t0))
@@ -582,10 +613,11 @@ class EvalSuite:
             n_tokens=getattr(answer, "n_tokens", None), latency_s=round(latency, 6), extra=extra,
             inference_run=run if state.inference_runs > 1 else None,
             temperature=temperature,
-            sample_seed=sample_seed(target, run) if sampled else None,
+            sample_seed=(answer.sample_seed if answer is not None and answer.sample_seed is not None
+                         else sample_seed(target, run)) if sampled else None,
             # the transcript holds the question: never on disk for a sensitive benchmark (XBench plain text)
             transcript=None if bench.sensitive else getattr(answer, "transcript", None))
-        path = append_task(target.run_dir, record)
+        path = append_task(target.run_dir, record, target.records_split)
         return Outcome(record, path, crashed=error is not None)
 
     def timer(self, request: pytest.FixtureRequest, case: EvalCase) -> Callable[[Callable[[], Any]], Any]:
@@ -647,7 +679,7 @@ def _session_records(state: EvalState, name: str) -> dict[tuple[str, int], Any]:
     """This session's records of benchmark ``name`` read back from disk (the last per task id and inference run)."""
     recs: dict[tuple[str, int], Any] = {}
     if state.target is not None:
-        path = RunPaths(state.target.run_dir).eval_file(state.target.step, name)
+        path = RunPaths(state.target.run_dir).eval_file(state.target.step, name, state.target.records_split)
         if path.is_file():
             for r in read_tasks(path, tolerate_truncated_tail=True, transcripts=False).records:
                 if r.extra.get("eval_session") == state.session_id:
@@ -736,7 +768,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         if row["missing"]:
             tr.write_line(f"  {row['missing']} item(s) ran without leaving a record: counted incorrect")
     if target is not None:
-        tr.write_line(f"records: {target.run_dir}/eval/{target.step}/<benchmark>.jsonl "
+        tr.write_line(f"records: {target.run_dir}/{SPLIT_DIRS[target.records_split]}/{target.step}/<benchmark>.jsonl "
                       f"(eval_session {state.session_id}); wall {time.time() - state.started:.1f} s")
     if state.status_note is not None:
         tr.write_line(state.status_note)

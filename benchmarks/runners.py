@@ -25,7 +25,9 @@
   its own ``Benchmark.prompt`` (GAIA attachments as text, WebWalkerQA's start URL) and answered with
   the real-web toolbox of :mod:`benchmarks.web` (the run's hits per search and page budget kept);
   a task whose every tool call failed to reach the web is an error (``Answer.error``), not a skip.
-  ``--inference-runs N`` answers each task N times (run ``r`` sampled with seed :func:`sample_seed`).
+  ``--inference-runs N`` answers each task N times: a local task's N runs are the N rollouts of one group, sampled
+  in one batch (:meth:`ModelRunner.answer_runs`), a real one's N separate episodes; every task draws from its own
+  stream (:func:`task_seed`), so the tasks of one run are independent samples.
 
 Run layout this module reads (docs/report.md; the trainers write it): ``<run>/provenance.json`` with
 ``trainer`` at the top level (:func:`harness.records.write_provenance`) or under ``config``;
@@ -52,8 +54,10 @@ when ``--expert-noise`` is not 0) at step 0; a runner never raises into pytest f
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
+from dataclasses import replace
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -165,7 +169,8 @@ def _int_or(value: Any, default: int) -> int:
 
 @dataclass(frozen=True)
 class EvalTarget:
-    """What is evaluated and where its records go (``<run_dir>/eval/<step>/<benchmark>.jsonl``)."""
+    """What is evaluated and where its records go (``<run_dir>/eval/<step>/<benchmark>.jsonl``, or
+    ``eval_unseen/``: :attr:`records_split`)."""
 
     trainer: str
     run_dir: Path
@@ -176,6 +181,10 @@ class EvalTarget:
     provenance: dict[str, Any] | None = None
     world_size: str = "default"
     """The world size the run trained on (its config's ``world.size``), unless ``--world-size`` says otherwise."""
+    records_split: str = "test"
+    """Where the records go (``harness.records.SPLIT_DIRS``): ``test`` (``eval/``), or ``unseen`` (``eval_unseen/``)
+    when a trained run is evaluated on a world other than the one it trained on, so that its own world's
+    held-out records, which the report's accuracy table and curves read, never mix with another world's."""
 
     @property
     def run_id(self) -> str:
@@ -215,14 +224,16 @@ def resolve_target(trainer: str, *, run: Path | None, runs_dir: Path, world_seed
     config = prov.get("config") if isinstance(prov.get("config"), dict) else {}
     world_cfg = config.get("world") if isinstance(config.get("world"), dict) else {}
     seeds = prov.get("seeds") or [0]
+    trained = (_int_or(world_cfg.get("seed"), 0), str(world_cfg.get("size") or "default"))
     if world_seed is None:
-        world_seed = _int_or(world_cfg.get("seed"), 0)
+        world_seed = trained[0]
     if world_size is None:  # the world the run trained on (a tiny-preset run is evaluated on the tiny world)
-        world_size = str(world_cfg.get("size") or "default")
+        world_size = trained[1]
     if step is None:
         ckpts = checkpoints(run_dir, "planner")
         step = ckpts[-1][0] if ckpts else 0
-    return EvalTarget(trainer, run_dir, step, _int_or(seeds[0], 0), world_seed, prov, world_size)
+    split = "test" if (world_seed, world_size) == trained else "unseen"
+    return EvalTarget(trainer, run_dir, step, _int_or(seeds[0], 0), world_seed, prov, world_size, split)
 
 
 def model_target(model_dir: Path, trainer: str, *, runs_dir: Path, world_seed: int | None = None,
@@ -345,6 +356,8 @@ class Answer:
     error: str | None = None
     """Why the answer does not count although the agent ran (the web unreachable for every tool call of the
     task, :class:`benchmarks.web.ToolTally`): recorded as an error, incorrect, in the denominator."""
+    sample_seed: int | None = None
+    """The seed the episode was sampled with (:func:`task_seed`; recorded when the run samples)."""
 
 
 @dataclass
@@ -389,6 +402,11 @@ class Runner:
     def answer(self, bench: Benchmark, task: Task, run: int = 0) -> Answer:
         """Answer ``task`` in inference run ``run`` (``0`` .. ``--inference-runs`` - 1)."""
         raise NotImplementedError
+
+    def answer_runs(self, bench: Benchmark, task: Task, runs: int) -> list[Answer] | None:
+        """All ``runs`` inference runs of ``task`` at once, in run order; None when this runner answers them one by
+        one (:meth:`answer`), as the base does."""
+        return None
 
     def web_toolbox(self, run_tools: dict[str, Any] | None = None) -> ToolTally:
         """The real-web toolbox of the suite's ``--web`` options (built once, closed with the runner)."""
@@ -619,6 +637,19 @@ class ModelRunner(Runner):
         return self._toolbox
 
     def answer(self, bench: Benchmark, task: Task, run: int = 0) -> Answer:
+        return self._answers(bench, task, 1, task_seed(sample_seed(self.ctx.target, run), task.task_id))[0]
+
+    def answer_runs(self, bench: Benchmark, task: Task, runs: int) -> list[Answer] | None:
+        """A local task's ``runs`` inference runs as the ``runs`` rollouts of one group: one batch per turn and model,
+        as in training, each rollout its own draw (run ``r`` = rollout ``r``), several times faster on a CPU than
+        ``runs`` episodes one after another. A real benchmark's runs stay separate episodes (its toolbox tallies
+        the web's failures per episode)."""
+        if runs == 1 or not isinstance(bench, LocalBenchmark):
+            return None
+        return self._answers(bench, task, runs, task_seed(sample_seed(self.ctx.target, 0), task.task_id))
+
+    def _answers(self, bench: Benchmark, task: Task, k: int, seed: int) -> list[Answer]:
+        """``k`` episodes of ``task`` sampled in one group from ``seed``, in rollout order."""
         web = not isinstance(bench, LocalBenchmark)
         if web:  # a real benchmark: its own prompt (attachments, start URL) and the real-web toolbox
             toolbox: Any = self.web_toolbox(self.tools_cfg)
@@ -627,22 +658,28 @@ class ModelRunner(Runner):
         else:
             toolbox = self.toolbox()
             question = task_prompt(_local_row(task, self.address or self.ctx.world.base_url))
-        seed = sample_seed(self.ctx.target, run)
+        cfg = replace(self.cfg, k=k) if k != self.cfg.k else self.cfg
         if self.multi:
             kind = "web" if web else "world"
             if kind not in self._engines:
-                self._engines[kind] = SubAgentEngine(self.sub, toolbox, self.cfg, seed=self.ctx.target.seed)
-            result = run_group([Query(task.task_id, question)], self.planner, self.cfg,
+                self._engines[kind] = SubAgentEngine(self.sub, toolbox, self.cfg, seed=seed)
+            # the sub-agent's draws from the task's seed too, whichever tasks this process answered before
+            self._engines[kind].reseed(seed)
+            result = run_group([Query(task.task_id, question)], self.planner, cfg,
                                sub_agent=InProcessSubAgent(self._engines[kind]), reasoner=self.reasoner, seed=seed)
         else:
-            result = run_group([Query(task.task_id, question)], self.planner, self.cfg, toolbox=toolbox, seed=seed)
-        episode = result.episodes[0]
-        traj = episode.trajectory
-        n_tokens = traj.n_model_tokens + sum(t.n_model_tokens for t in result.sub_trajectories)
+            result = run_group([Query(task.task_id, question)], self.planner, cfg, toolbox=toolbox, seed=seed)
         counts, error = toolbox.verdict(before) if web else ({}, None)
-        return Answer(episode.answer, n_turns=traj.n_turns, n_sub_calls=len(episode.sub_results),
-                      n_tokens=n_tokens, extra={"end_reason": traj.end_reason, "format_ok": traj.format_ok, **counts},
-                      transcript=episode_transcript(episode), error=error)
+        out = []
+        for episode in sorted(result.episodes, key=lambda e: e.trajectory.rollout):
+            traj = episode.trajectory
+            n_tokens = traj.n_model_tokens + sum(r.trajectory.n_model_tokens for r in episode.sub_results
+                                                 if r.trajectory is not None)
+            out.append(Answer(episode.answer, n_turns=traj.n_turns, n_sub_calls=len(episode.sub_results),
+                              n_tokens=n_tokens, extra={"end_reason": traj.end_reason, "format_ok": traj.format_ok,
+                                                        **counts},
+                              transcript=episode_transcript(episode), error=error, sample_seed=seed))
+        return out
 
     def close(self) -> None:
         for engine in self._engines.values():
@@ -655,8 +692,17 @@ class ModelRunner(Runner):
 
 
 def sample_seed(target: EvalTarget, run: int) -> int:
-    """The sampling seed of inference run ``run`` of ``target`` (run 0: the run's seed, as before runs existed)."""
+    """The seed of inference run ``run`` of ``target`` (run 0: the run's seed, as before runs existed); each task's
+    episode is sampled from it hashed with the task id (:func:`task_seed`)."""
     return target.seed + run
+
+
+def task_seed(seed: int, task_id: str) -> int:
+    """The sampling seed of one task's episodes: ``seed`` hashed with the task id. One seed for every task of an
+    inference run made them all draw the same random numbers at the same turn, so a blind spot hit every task of
+    a run or none (21 tasks of one template family: whole runs at 9.5% and at 81%), and the runs were not
+    independent samples of the tasks."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{task_id}".encode(), digest_size=4).digest(), "big")
 
 
 RunnerFactory = Callable[[RunnerContext], Runner]

@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "warmstart": ("harness.warmstart", "SFT warm start of the agents on scripted-expert transcripts"),
     "train": ("harness.train", "train one trainer (starts the roles it needs on this machine)"),
     "filter": ("harness.filter", "stage-2 hard filter: the starting system's success rate on each candidate task"),
+    "eval-unseen": ("harness.eval_unseen", "a run's held-out accuracy on worlds it never trained on, before and "
+                    "after RL"),
     "experiment": ("harness.experiment", "world, warm start, all trainers x seeds, evaluation, report"),
     "profile": ("harness.profile", "where a training step's time goes, per trainer and role (short runs)"),
     "report": ("harness.report", "comparison report from run records (same as python -m harness.report)"),

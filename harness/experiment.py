@@ -9,7 +9,9 @@
 2. **Train** every trainer of the preset (``single_agent``, ``frozen_sub``, ``mgrpo`` and the
    ``alignment: none`` ablation when the preset has one) for every seed, each a
    ``python -m harness train`` run with its roles as processes and periodic evaluation on the
-   local test tasks (task records), from the warm-started models.
+   local test tasks (task records), from the warm-started models. When the arm's config sets
+   ``eval.unseen.worlds``, each run is then evaluated on those worlds before and after RL
+   (``python -m harness eval-unseen``; records in ``<run>/eval_unseen/``).
 3. **Report**: ``python -m harness.report`` over the experiment's runs into ``--report``.
 
 ``--two-stage`` follows the paper's protocol (§5; docs/training.md, "Two stages and the hard filter"): per
@@ -47,6 +49,7 @@ from tqdm import tqdm
 from harness.budget import estimate_experiment, format_breakdown
 from harness.checkpoint_files import PROVENANCE_FILE, verify_checkpoint
 from harness.config import ConfigError, from_dict, load_config, load_yaml, to_dict
+from harness.eval_unseen import evaluate_unseen
 from harness.records import portable_argv
 from harness.role.checkpoints import last_checkpoint
 from harness.train_config import load_train_config
@@ -64,7 +67,8 @@ QUICK_WARMSTART = ["max_steps=3", "n_train_tasks=4", "n_test_tasks=2", "eval_tas
                    "batch_size=2", "max_length=1536", "eval_max_new_tokens=24"]
 QUICK_TRAIN = ["planner.max_steps=2", "eval.every=2", "eval.n_tasks=1", "eval.runs=2", "rollout.k=2",
                "rollout.max_new_tokens=24", "rollout.planner_turns=2", "rollout.sub_turns=2", "alignment.d=2",
-               "tasks.n_train=4", "tasks.n_test=2", "planner.groups_per_step=2"]
+               "tasks.n_train=4", "tasks.n_test=2", "planner.groups_per_step=2", "eval.unseen.runs=1",
+               "eval.unseen.n_test=20"]
 
 
 def quick_train(config: Path) -> list[str]:
@@ -77,6 +81,12 @@ def quick_train(config: Path) -> list[str]:
     if greedy:
         return [o for o in QUICK_TRAIN if not o.startswith("eval.runs=")]
     return list(QUICK_TRAIN)
+
+
+def wants_unseen(run_dir: Path) -> bool:
+    """Whether a completed run's config asks for the unseen-world evaluation (``eval.unseen.worlds``)."""
+    config = run_dir / "config.yaml"
+    return config.is_file() and bool(load_train_config(str(config), []).eval.unseen.worlds)
 
 
 def _arg(path: Path) -> str:
@@ -114,6 +124,10 @@ def check_budget(args: argparse.Namespace, preset_dir: Path, arms: list[str], *,
     print("budget check: calibrating on this machine ...", flush=True)
     est = estimate_experiment(ws_cfg, arm_cfgs, args.seeds, warmstart_done=ws_done, stage1=stage1,
                               filter_k=args.filter_k)
+    unseen = [a for a, c in arm_cfgs.items() if c.eval.unseen.worlds]
+    if unseen:
+        print(f"note: the estimate leaves out the unseen-world evaluation (eval.unseen) of {', '.join(unseen)}",
+              flush=True)
     total_min = est["total_s"] / 60
     print(f"estimated time (calibration took {est['calibration_s']:.0f} s):\n{format_breakdown(est['stages'])}",
           flush=True)
@@ -365,6 +379,11 @@ def main(argv: list[str] | None = None) -> int:
         if fail:
             failed.append(fail)
             tqdm.write(f"run failed: {fail}")
+        elif wants_unseen(run_dir):
+            # before (step 0) and after RL on worlds the run never saw; done evaluations are skipped on a rerun
+            if evaluate_unseen(run_dir, log=tqdm.write) != 0:
+                failed.append(f"{arm} seed {seed}: the unseen-world evaluation (rerun: python -m harness eval-unseen "
+                              f"{_arg(run_dir)})")
 
     print(f"[{n_stages}/{n_stages}] report ...", flush=True)
     # A child in the repository like the runs, so the report names the runs folder as the runs do.

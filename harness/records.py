@@ -96,8 +96,13 @@ EVAL_DIR = "eval"
 #: In-distribution evaluation records (``eval.train_tasks``: training questions, before and after RL), kept apart
 #: from the held-out ones so that no held-out table or claim ever mixes them in.
 EVAL_TRAIN_DIR = "eval_train"
-#: Folder of each evaluation split: ``test`` (held-out tasks, every table and claim) and ``train`` (in-distribution).
-SPLIT_DIRS = {"test": EVAL_DIR, "train": EVAL_TRAIN_DIR}
+#: Held-out evaluation on worlds the run never trained on (``eval.unseen``, ``python -m harness eval-unseen``; also
+#: ``pytest benchmarks/ --run RUN --world-seed N`` for a world other than the run's), before and after RL: kept apart
+#: from the run's own world's records, which the accuracy table and the curves read.
+EVAL_UNSEEN_DIR = "eval_unseen"
+#: Folder of each evaluation split: ``test`` (held-out tasks of the run's world, every table and claim), ``train``
+#: (in-distribution) and ``unseen`` (held-out tasks of other worlds).
+SPLIT_DIRS = {"test": EVAL_DIR, "train": EVAL_TRAIN_DIR, "unseen": EVAL_UNSEEN_DIR}
 
 DEFAULT_PACKAGES = (
     "mgrpo-harness", "torch", "transformers", "trl", "accelerate", "datasets", "peft",
@@ -673,7 +678,8 @@ class RunPaths:
         return self.root / EVAL_DIR
 
     def split_dir(self, split: str) -> Path:
-        """The evaluation records of ``split`` (``test``: ``eval/``, ``train``: ``eval_train/``)."""
+        """The evaluation records of ``split`` (``test``: ``eval/``, ``train``: ``eval_train/``, ``unseen``:
+        ``eval_unseen/``)."""
         if split not in SPLIT_DIRS:
             raise ValueError(f"evaluation split must be one of {sorted(SPLIT_DIRS)}, got {split!r}")
         return self.root / SPLIT_DIRS[split]
@@ -758,7 +764,7 @@ def append_step(run_dir: str | os.PathLike[str], record: StepRecord) -> Path:
 
 def append_task(run_dir: str | os.PathLike[str], record: TaskRecord, split: str = "test") -> Path:
     """Append a task record to ``<run_dir>/eval/<step>/<benchmark>.jsonl`` (``split="train"``: ``eval_train/``, the
-    in-distribution evaluation); returns the file."""
+    in-distribution evaluation; ``"unseen"``: ``eval_unseen/``, other worlds); returns the file."""
     path = RunPaths(Path(run_dir)).eval_file(record.step, record.benchmark, split)
     append_jsonl(path, to_dict(record))
     return path

@@ -337,6 +337,10 @@ class SubAgentEngine:
         self._batches = 0
         self._pool = ThreadPoolExecutor(max_workers=cfg.tool_workers, thread_name_prefix="sub-tools")
 
+    def reseed(self, seed: int) -> None:
+        """Draw the next batches from ``seed``, as a new engine would (the evaluation suite: one seed per task)."""
+        self.seed, self._batches = seed, 0
+
     def run(self, subtasks: Sequence[SubTask], stats: dict[str, float] | None = None) -> list[SubResult]:
         stats = stats if stats is not None else {}
         temps = {s.temperature for s in subtasks if s.temperature is not None}

@@ -336,6 +336,30 @@ class ServiceConfig:
 
 
 @dataclass
+class UnseenEvalConfig:
+    """Held-out evaluation on worlds the run never trained on, before RL (step 0: the weights the run started from)
+    and after its last step: ``python -m harness eval-unseen RUN``, which ``python -m harness experiment`` runs after
+    each training run (docs/evaluation.md, "Unseen worlds"; records in ``<run>/eval_unseen/<step>/``). The tasks are
+    fixed by these fields and the run's own ``tasks`` section, before any run: no choice is made after seeing one."""
+
+    worlds: list[int] = help_field([], "world seeds to evaluate on, none of them the run's world.seed (nor, for a "
+                                   "warm-started run, one the warm start trained on; [] = no such evaluation)")
+    n_test: int = help_field(300, "test tasks generated per style in each of those worlds (python -m harness world "
+                             "tasks --n-test), of which the run's tasks.benchmarks and tasks.templates are evaluated")
+    runs: int = help_field(4, "independent sampled inference runs per task; accuracy is their mean")
+    temperature: float | None = help_field(None, "sampling temperature (null = rollout.temperature; 0 = greedy, "
+                                           "which needs runs: 1)")
+
+    def validate(self) -> None:
+        if any(w < 0 for w in self.worlds) or len(set(self.worlds)) != len(self.worlds):
+            raise ConfigError(f"eval.unseen.worlds={self.worlds}: distinct world seeds >= 0")
+        if self.n_test < 1 or self.runs < 1:
+            raise ConfigError(f"eval.unseen.n_test={self.n_test} and eval.unseen.runs={self.runs} must be >= 1")
+        if self.temperature is not None and self.temperature < 0:
+            raise ConfigError(f"eval.unseen.temperature={self.temperature} must be >= 0 or null")
+
+
+@dataclass
 class EvalConfig:
     """Periodic evaluation by the planner role (docs/evaluation.md, docs/report.md: ``eval/<step>/<benchmark>.jsonl``)."""
 
@@ -350,6 +374,8 @@ class EvalConfig:
                                   "order) also evaluated, like the test tasks, before training and after the last "
                                   "step: in-distribution accuracy before and after RL, which the report shows next "
                                   "to the held-out accuracy (records in <run>/eval_train/<step>/; 0 = none)")
+    unseen: UnseenEvalConfig = field(default_factory=UnseenEvalConfig,
+                                     metadata={"help": "held-out evaluation on worlds the run never trained on"})
 
     def validate(self) -> None:
         if self.every < 0 or self.n_tasks < 1:
@@ -429,6 +455,13 @@ class TrainConfig:
         """Sampling temperature of the evaluation runs: ``eval.temperature``, else ``rollout.temperature``."""
         return self.rollout.temperature if self.eval.temperature is None else self.eval.temperature
 
+    @property
+    def unseen_temperature(self) -> float:
+        """Sampling temperature of the unseen-world evaluation: ``eval.unseen.temperature``, else
+        ``rollout.temperature``."""
+        t = self.eval.unseen.temperature
+        return self.rollout.temperature if t is None else t
+
     def validate(self) -> None:
         if self.trainer is None or self.trainer not in TRAINERS:
             raise ConfigError(f"trainer={self.trainer!r}: set it to one of {sorted(TRAINERS)} (or pass --trainer)")
@@ -501,6 +534,12 @@ class TrainConfig:
         if self.eval.runs > 1 and self.eval_temperature == 0:
             raise ConfigError(f"eval.runs={self.eval.runs} with rollout.temperature=0 (eval.temperature null) repeats "
                               "one greedy run; set eval.runs=1 or eval.temperature above 0")
+        if self.world.seed in self.eval.unseen.worlds:
+            raise ConfigError(f"eval.unseen.worlds={self.eval.unseen.worlds} holds world.seed={self.world.seed}, the "
+                              "world the run trains on; name worlds it never sees")
+        if self.eval.unseen.runs > 1 and self.unseen_temperature == 0:
+            raise ConfigError(f"eval.unseen.runs={self.eval.unseen.runs} at temperature 0 repeats one greedy run; set "
+                              "eval.unseen.runs=1 or eval.unseen.temperature above 0")
 
     def resolved_run_id(self, now: str) -> str:
         return self.run_id or f"{self.trainer}-s{self.seed}-{now}"

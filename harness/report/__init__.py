@@ -129,6 +129,7 @@ def _summary(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Options) ->
                     "comparisons": [dict(x.__dict__) for x in c.comparisons]} for c in an.claims],
         "caveats": [dict(c.__dict__) for c in an.caveats],
         "in_distribution": [dict(r.__dict__) for r in an.in_distribution],
+        "unseen": [{**r.__dict__, "beyond_2sd": r.beyond_2sd} for r in an.unseen],
         "skipped": [{"folder": name, "why": why} for name, why in ds.skipped],
         "collapses": [dict(c.__dict__) for c in an.collapses],
         "n_series_checked": an.n_series_checked,
@@ -203,6 +204,10 @@ def console_summary(res: ReportResult, title: str) -> str:
     for c in an.claims:
         lines.append(f"  {c.figure} {c.statement}: {c.verdict}"
                      + (f" (caveats: {'; '.join(c.caveats)})" if c.caveats else ""))
+    for u in an.unseen:
+        lines.append(f"  unseen worlds, {u.benchmark} {u.arm}: {u.before:.3f} -> {u.after:.3f} (gain {u.diff_mean:+.3f}"
+                     + (f", seed std after {u.after_std:.3f}, gain > 2 std: {'yes' if u.beyond_2sd else 'no'}"
+                        if u.beyond_2sd is not None else "") + f"; {u.n_seeds} seed(s))")
     for r in ds.runs:
         if r.failed or r.notes:
             lines.append(f"  note {r.run_id}: {r.state}; {'; '.join(r.notes)}")

@@ -166,8 +166,9 @@ class Caveat:
 
 @dataclass
 class InDistributionRow:
-    """In-distribution accuracy of one arm on one benchmark (``eval.train_tasks``): the training questions before
-    training (step 0) and after the run's last step, per run the mean over tasks and inference runs."""
+    """Accuracy of one arm on one benchmark before training (step 0) and after the run's last step, per run the mean
+    over tasks and inference runs: the training questions (``eval.train_tasks``, in-distribution) or the held-out
+    questions of worlds the run never trained on (``eval.unseen``)."""
 
     benchmark: str
     arm: str
@@ -182,6 +183,20 @@ class InDistributionRow:
     """Sample std (ddof = 1) over runs of after - before; nan with one run."""
     n_tasks: tuple[int, int]
     final_steps: tuple[int, int]
+    befores: list[float] = field(default_factory=list)
+    """Each run's step-0 accuracy, in the order of ``seeds``."""
+    afters: list[float] = field(default_factory=list)
+    """Each run's accuracy at its last step, in the order of ``seeds``."""
+    after_std: float = float("nan")
+    """Sample std (ddof = 1) over runs of the accuracy after training (seed-to-seed); nan with one run."""
+
+    @property
+    def beyond_2sd(self) -> bool | None:
+        """Whether the mean gain exceeds twice the seed-to-seed std of the accuracy after training (issue 16's bar for
+        an RL gain beyond seed noise); None with fewer than 2 runs."""
+        if self.n_seeds < 2 or self.after_std != self.after_std:
+            return None
+        return self.diff_mean > 2 * self.after_std
 
 
 @dataclass
@@ -196,6 +211,8 @@ class Analysis:
     """Accuracy per run_id, arm, seed, step, benchmark (mean over tasks) and n_tasks."""
     caveats: list[Caveat] = field(default_factory=list)
     in_distribution: list[InDistributionRow] = field(default_factory=list)
+    unseen: list[InDistributionRow] = field(default_factory=list)
+    """Held-out accuracy on unseen worlds before and after (``eval.unseen``)."""
 
 
 DIAG_COLUMNS = ("reward_mean", "clip_ratio", "entropy", "grad_norm", "kl", "frac_zero_std_groups",
@@ -215,7 +232,7 @@ def analyse(ds: Dataset, *, smooth: float, collapse_margin: float, seed: int = 0
     collapses, n_checked = find_collapses(ds, run_acc, margin=collapse_margin, alpha=smooth)
     return Analysis(accuracy=acc, claims=claims, collapses=collapses, n_series_checked=n_checked,
                     diagnostics=diagnostics(ds), sub_calls=sub_calls_hists(ds), run_acc=run_acc,
-                    caveats=cav, in_distribution=in_distribution(ds))
+                    caveats=cav, in_distribution=before_after(ds, ds.indist), unseen=before_after(ds, ds.unseen))
 
 
 def caveats(ds: Dataset) -> list[Caveat]:
@@ -274,11 +291,10 @@ def task_matrix(rows: pd.DataFrame) -> np.ndarray:
                             fill_value=0.0).to_numpy(float)
 
 
-def in_distribution(ds: Dataset) -> list[InDistributionRow]:
-    """Per arm and benchmark, the in-distribution accuracy before (step 0) and after (each run's last evaluated
-    step) training, over the runs that are not failed and hold both; a task missing from an inference run counts
-    as incorrect, as in :func:`accuracy_table`."""
-    ev = ds.indist
+def before_after(ds: Dataset, ev: pd.DataFrame) -> list[InDistributionRow]:
+    """Per arm and benchmark, the accuracy of the task records ``ev`` (``ds.indist``: in-distribution; ``ds.unseen``:
+    unseen worlds) before (step 0) and after (each run's last evaluated step) training, over the runs that are not
+    failed and hold both; a task missing from an inference run counts as incorrect, as in :func:`accuracy_table`."""
     if not len(ev):
         return []
     failed = {r.run_id for r in ds.runs if r.failed}
@@ -307,7 +323,8 @@ def in_distribution(ds: Dataset) -> list[InDistributionRow]:
             out.append(InDistributionRow(
                 benchmark=bench, arm=arm, n_seeds=len(befores), seeds=seeds, before=float(np.mean(befores)),
                 after=float(np.mean(afters)), diff_mean=d_mean, diff_std=d_std, n_tasks=(min(sizes), max(sizes)),
-                final_steps=(min(steps), max(steps))))
+                final_steps=(min(steps), max(steps)), befores=befores, afters=afters,
+                after_std=stats.mean_std(afters)[1]))
     return out
 
 

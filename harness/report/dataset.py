@@ -47,7 +47,7 @@ STEP_COLUMNS = (
 #: The step's share of well-formed trajectories (the reward component ``format``: the planner's r_format, the
 #: sub-agent's), a column of ``Dataset.steps`` next to STEP_COLUMNS; the training-reward figure draws it dotted.
 FORMAT_COLUMN = "format_share"
-#: Columns of the task-record frames (``Dataset.evals`` and ``Dataset.indist``) before ``arm`` is added.
+#: Columns of the task-record frames (``Dataset.evals``, ``.indist`` and ``.unseen``) before ``arm`` is added.
 EVAL_COLUMNS = ("run_id", "seed", "step", "benchmark", "task_id", "inference_run", "correct", "n_sub_calls", "error")
 
 ARM_ORDER = ("single_agent", "frozen_sub", "mgrpo", "mgrpo[alignment=none]")
@@ -117,6 +117,10 @@ class Dataset:
     indist: pd.DataFrame = field(default_factory=pd.DataFrame)
     """The in-distribution evaluation (``eval.train_tasks``: training questions before and after RL,
     ``eval_train/<step>/<benchmark>.jsonl``), with the columns of ``evals``; never part of a held-out table."""
+    unseen: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """The held-out evaluation on worlds the run never trained on (``eval.unseen``, before and after RL,
+    ``eval_unseen/<step>/<benchmark>.jsonl``), with the columns of ``evals``; its own table, never mixed into the
+    accuracy table, the curves or a verdict."""
 
     def arms(self) -> list[str]:
         return sort_arms({r.arm for r in self.runs})
@@ -163,20 +167,22 @@ def load(runs_dir: str | Path) -> Dataset:
                                                        *STEP_COLUMNS, FORMAT_COLUMN)}
     ev_cols: dict[str, list[Any]] = {k: [] for k in EVAL_COLUMNS}
     in_cols: dict[str, list[Any]] = {k: [] for k in EVAL_COLUMNS}
+    un_cols: dict[str, list[Any]] = {k: [] for k in EVAL_COLUMNS}
     for rp in paths:
-        info = _load_run(rp, step_cols, ev_cols, in_cols)
+        info = _load_run(rp, step_cols, ev_cols, in_cols, un_cols)
         runs.append(info)
 
     steps = pd.DataFrame(step_cols)
     evals = pd.DataFrame(ev_cols)
     indist = pd.DataFrame(in_cols)
+    unseen = pd.DataFrame(un_cols)
     arm_of = {r.run_id: r.arm for r in runs}
     seed_of = {r.run_id: r.seed for r in runs}
-    for df in (steps, evals, indist):
+    for df in (steps, evals, indist, unseen):
         df["arm"] = df["run_id"].map(arm_of)
         # The run's seed (provenance) wins over the per-record field for grouping.
         df["seed"] = df["run_id"].map(seed_of).fillna(df["seed"]) if len(df) else df["seed"]
-    evals, indist = _task_frame(evals), _task_frame(indist)
+    evals, indist, unseen = _task_frame(evals), _task_frame(indist), _task_frame(unseen)
     if len(steps):
         steps = steps.sort_values(["run_id", "role", "step"], kind="stable").reset_index(drop=True)
         for c in (*STEP_COLUMNS, FORMAT_COLUMN):
@@ -185,7 +191,7 @@ def load(runs_dir: str | Path) -> Dataset:
     _flag_short(runs)
     _flag_sub_training(runs)
     return Dataset(runs_dir=root, runs=runs, steps=steps, evals=evals.reset_index(drop=True),
-                   skipped=skipped, indist=indist.reset_index(drop=True))
+                   skipped=skipped, indist=indist.reset_index(drop=True), unseen=unseen.reset_index(drop=True))
 
 
 def skipped_folders(root: Path, runs: list[rec.RunPaths]) -> list[tuple[str, str]]:
@@ -222,7 +228,8 @@ def _holds_runs(d: Path, depth: int = 2) -> Path | None:
 
 
 def _load_run(rp: rec.RunPaths, step_cols: dict[str, list[Any]],
-              ev_cols: dict[str, list[Any]], in_cols: dict[str, list[Any]]) -> RunInfo:
+              ev_cols: dict[str, list[Any]], in_cols: dict[str, list[Any]],
+              un_cols: dict[str, list[Any]]) -> RunInfo:
     notes: list[str] = []
     prov: dict[str, Any] | None = None
     if rp.provenance.is_file():
@@ -276,6 +283,7 @@ def _load_run(rp: rec.RunPaths, step_cols: dict[str, list[Any]],
     info.eval_steps = sorted(eval_steps)
     info.benchmarks = sorted(benchmarks)
     _read_eval_split(rp, info, in_cols, "train", rec_trainers, rec_seeds)
+    _read_eval_split(rp, info, un_cols, "unseen", rec_trainers, rec_seeds)
 
     trainer = (prov or {}).get("trainer")
     if not trainer:
@@ -315,7 +323,8 @@ def _task_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 def _read_eval_split(rp: rec.RunPaths, info: RunInfo, cols: dict[str, list[Any]], split: str,
                      rec_trainers: set[str], rec_seeds: set[int]) -> tuple[set[int], set[str]]:
-    """Append the task records of one evaluation split (``test``: eval/, ``train``: eval_train/) to ``cols``;
+    """Append the task records of one evaluation split (``test``: eval/, ``train``: eval_train/, ``unseen``:
+    eval_unseen/) to ``cols``;
     returns the steps and benchmarks that hold records."""
     eval_steps: set[int] = set()
     benchmarks: set[str] = set()

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.report.analysis import Analysis, Claim, Comparison
+from harness.report.analysis import Analysis, Claim, Comparison, InDistributionRow
 from harness.report.figures import FigureInfo
 from harness.report.dataset import SUB_MIN_FRACTION, SUB_TRAINERS, Dataset, RunInfo
 from harness.report.examples import EXAMPLES_PER_KIND, ExamplesPage
@@ -41,6 +41,16 @@ class Options:
     seed: int = 0
     """Seed of the bootstrap generators (each cell's generator also hashes its labels)."""
     title: str = "M-GRPO comparison report"
+
+
+def _gain(r: InDistributionRow) -> str:
+    """A before/after row's mean gain, ± the sample std over seeds when there are several."""
+    return f"{signed(r.diff_mean)} ± {f3(r.diff_std)}" if r.diff_std == r.diff_std else signed(r.diff_mean)
+
+
+def _sizes(r: InDistributionRow) -> list[str]:
+    """A before/after row's tasks, seeds and final steps cells."""
+    return [_range(*r.n_tasks), f"{r.n_seeds} ({', '.join(str(x) for x in r.seeds)})", _range(*r.final_steps)]
 
 
 def f3(x: float | None) -> str:
@@ -164,15 +174,31 @@ def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Optio
         doc.add(Para("No eval records (eval/<step>/<benchmark>.jsonl) in any run: no accuracy "
                      "table. Evaluate with pytest benchmarks/ --trainer=<name>."))
 
+    if an.unseen:
+        doc.add(Heading(2, "Held-out accuracy on unseen worlds, before and after RL"))
+        doc.add(Table(
+            ["benchmark", "trainer", "before (step 0)", "after (mean ± std)", "after - before (mean ± std)",
+             "gain > 2 std (after)", "per seed: before -> after", "tasks", "seeds", "final step"],
+            [[r.benchmark, r.arm, f3(r.before),
+              f"{f3(r.after)} ± {f3(r.after_std)}" if r.after_std == r.after_std else f3(r.after), _gain(r),
+              {True: "yes", False: "no", None: "-"}[r.beyond_2sd],
+              "; ".join(f"{s}: {f3(b)} -> {f3(a)}" for s, b, a in zip(r.seeds, r.befores, r.afters)), *_sizes(r)]
+             for r in an.unseen]))
+        doc.add(Para("Each run evaluated on worlds it never trained on (the config's eval.unseen: its world seeds, "
+                     "the run's task styles and templates, a fixed number of sampled inference runs; python -m "
+                     "harness eval-unseen, records in eval_unseen/<step>/<benchmark>.jsonl), once with the weights "
+                     "it started from (step 0) and once after its last step, with the same sampling seeds. Per run "
+                     "the mean over tasks and inference runs, then the mean and the sample std over seeds; failed "
+                     "runs excluded. 'gain > 2 std' compares the mean gain with twice the seed-to-seed std of the "
+                     "accuracy after training. The evaluation is fixed in the config before the runs; these "
+                     "records never enter the accuracy table above, the curves or a verdict."))
+
     if an.in_distribution:
         doc.add(Heading(2, "In-distribution accuracy (training questions), before and after"))
         doc.add(Table(
             ["benchmark", "trainer", "before (step 0)", "after (last step)", "after - before (mean ± std)",
              "tasks", "seeds", "final step"],
-            [[r.benchmark, r.arm, f3(r.before), f3(r.after),
-              f"{signed(r.diff_mean)} ± {f3(r.diff_std)}" if r.diff_std == r.diff_std else signed(r.diff_mean),
-              _range(*r.n_tasks), f"{r.n_seeds} ({', '.join(str(x) for x in r.seeds)})", _range(*r.final_steps)]
-             for r in an.in_distribution]))
+            [[r.benchmark, r.arm, f3(r.before), f3(r.after), _gain(r), *_sizes(r)] for r in an.in_distribution]))
         doc.add(Para("The first eval.train_tasks training questions of each style, evaluated like the held-out tasks "
                      "before training and after the last step (records in eval_train/<step>/<benchmark>.jsonl): "
                      "whether RL learned what it trained on, as tests/harness/test_rl_works.py measures it. These "

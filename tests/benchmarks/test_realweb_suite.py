@@ -27,6 +27,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from benchmarks.runners import task_seed
 from benchmarks.xbench import COLUMNS, xor_encrypt
 from harness.records import read_tasks
 from tests.benchmarks.test_eval_suite import REPO, run_suite, table
@@ -210,7 +211,8 @@ def test_model_runner_answers_the_real_benchmarks(web, tmp_path):
         assert sorted((r.task_id, r.inference_run) for r in got) == sorted((i, k) for i in ids for k in (0, 1))
         for r in got:
             assert r.verdict not in ("crashed", "timeout"), r.error
-            assert (r.temperature, r.sample_seed) == (0.7, r.inference_run)  # seed 0 + run
+            # a real benchmark's runs are separate episodes: run r from seed 0 + r, hashed with the task id
+            assert (r.temperature, r.sample_seed) == (0.7, task_seed(r.inference_run, r.task_id))
             assert "web_calls" in r.extra and r.trainer == "mgrpo"
         assert table(proc.stdout)[bench]["n"] == str(2 * len(ids))
     gaia = {(r.task_id, r.inference_run): r for r in read_tasks(run / "eval" / "0" / "gaia.jsonl").records}

@@ -343,3 +343,47 @@ def test_a_completed_run_is_reused_only_while_its_preset_resolves_to_the_same_co
     completed_run(**{"alignment.chunk": None, "alignment.mode": "query"})
     assert experiment.run_config_changes(run, plain, [*overrides, "trainer=mgrpo", "seed=1"]) == []
     assert experiment.run_config_changes(run, plain, [*overrides, "trainer=mgrpo", "seed=2"]) == ["seed: 1 -> 2"]
+
+
+def test_runs_of_a_preset_with_eval_unseen_are_evaluated_on_unseen_worlds(tmp_path, monkeypatch, capsys):
+    """Issue 16: after each training run whose config sets ``eval.unseen.worlds`` (preset tiny-blind) the experiment
+    runs ``python -m harness eval-unseen`` on it; a preset without it (tiny) runs none; a failed evaluation fails the
+    experiment with the command that resumes it."""
+    import yaml
+
+    from harness import experiment
+    from harness.config import to_dict
+    from harness.train_config import load_train_config
+
+    calls = record_children(monkeypatch)
+    evaluated: list[str] = []
+    monkeypatch.setattr(experiment, "evaluate_unseen", lambda run_dir, log: evaluated.append(run_dir.name) or 0)
+    real = experiment._run
+
+    def train_writes_config(argv, log):  # a completed run's config.yaml, as harness train writes it
+        real(argv, log)
+        if "train" in argv:
+            run_dir = Path(argv[argv.index("--run-dir") + 1])
+            run_dir = run_dir if run_dir.is_absolute() else ROOT / run_dir
+            cfg = load_train_config(argv[argv.index("--config") + 1],
+                                    [a for a in argv if "=" in a and not a.startswith("-")]
+                                    + [f"trainer={argv[argv.index('--trainer') + 1]}"])
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg)))
+        return 0
+
+    monkeypatch.setattr(experiment, "_run", train_writes_config)
+    ship = ROOT / "baselines" / "checkpoints" / "tiny-generalise"
+    assert experiment.main(["--preset", "tiny-blind", "--seeds", "1", "--quick", "--arms", "single_agent,mgrpo",
+                            "--checkpoint", str(ship), "--out", str(tmp_path / "exp"),
+                            "--report", str(tmp_path / "rep")]) == 0
+    assert evaluated == ["single_agent-seed0", "mgrpo-seed0"] and len(calls) == 2
+    evaluated.clear()
+    assert experiment.main(["--preset", "tiny-generalise", "--seeds", "1", "--quick", "--arms", "mgrpo",
+                            "--out", str(tmp_path / "exp2"), "--report", str(tmp_path / "rep2")]) == 0
+    assert evaluated == []
+    monkeypatch.setattr(experiment, "evaluate_unseen", lambda run_dir, log: 1)
+    assert experiment.main(["--preset", "tiny-blind", "--seeds", "1", "--quick", "--arms", "mgrpo",
+                            "--checkpoint", str(ship), "--out", str(tmp_path / "exp3"),
+                            "--report", str(tmp_path / "rep3")]) == 1
+    assert "python -m harness eval-unseen" in capsys.readouterr().err

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.report import Options, build_report, main
+from harness.report import Options, build_report, console_summary, main
 from harness.report import analysis, dataset, stats
 from tests.support.records_factory import final_accuracy, make_experiment, task_transcript
 
@@ -669,3 +669,53 @@ def test_in_distribution_accuracy_before_and_after_is_its_own_table_and_never_he
     shutil.rmtree(tmp_path / "runs" / "mgrpo-s1" / "eval_train")
     md = build_report(Options(runs_dir=tmp_path / "runs", out_dir=tmp_path / "out2", n_boot=100)).markdown.read_text()
     assert "In-distribution accuracy" not in md
+
+
+def test_unseen_world_accuracy_before_and_after_is_its_own_table_with_the_2sd_bar(tmp_path: Path):
+    """Issue 16: ``eval.unseen`` evaluates each run on worlds it never trained on, before (step 0) and after its last
+    step (``eval_unseen/<step>/``, ``python -m harness eval-unseen``); the report's own table shows before -> after per
+    arm with the seed-to-seed std of "after" and whether the mean gain exceeds twice it, by hand here, and keeps these
+    records out of the held-out accuracy of the run's own world."""
+    from harness.records import TaskRecord, append_task
+
+    # 3 seeds x 2 inference runs x 5 tasks of another world; "before" the same for every seed, "after" by hand
+    before = [[1, 0, 0, 0, 0], [0, 1, 0, 0, 0]]  # 2/10
+    after = {0: [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]],  # 7/10
+             1: [[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]],  # 7/10
+             2: [[1, 1, 1, 0, 0], [1, 1, 0, 0, 0]]}  # 5/10
+    for seed in (0, 1, 2):
+        run_dir = tmp_path / "runs" / f"mgrpo-s{seed}"
+        for step, outcome in ((0, before), (12, after[seed])):
+            for r, row in enumerate(outcome):
+                for t, ok in enumerate(row):
+                    append_task(run_dir, TaskRecord(run_id=f"mgrpo-s{seed}", trainer="mgrpo", seed=seed, step=step,
+                                                    benchmark="local_gaia", task_id=f"w1-{t}", correct=bool(ok),
+                                                    inference_run=r, temperature=0.7, sample_seed=seed + r),
+                                split="unseen")
+            append_task(run_dir, TaskRecord(run_id=f"mgrpo-s{seed}", trainer="mgrpo", seed=seed, step=step,
+                                            benchmark="local_gaia", task_id="own", correct=False))
+    assert (tmp_path / "runs" / "mgrpo-s0" / "eval_unseen" / "12" / "local_gaia.jsonl").is_file()
+    ds = dataset.load(tmp_path / "runs")
+    assert set(ds.evals["task_id"]) == {"own"} and len(ds.unseen) == 3 * 2 * 2 * 5
+    an = analysis.analyse(ds, smooth=0.5, collapse_margin=0.1, n_boot=100)
+    (cell,) = an.accuracy
+    assert cell.mean == 0.0  # the unseen worlds never enter the run's own held-out accuracy
+    (row,) = an.unseen
+    assert row.befores == pytest.approx([0.2] * 3) and row.afters == pytest.approx([0.7, 0.7, 0.5])
+    assert row.after_std == pytest.approx(statistics.stdev([0.7, 0.7, 0.5]))  # 0.1155
+    assert row.diff_mean == pytest.approx(0.4333, abs=1e-4) and row.beyond_2sd is True  # 0.433 > 0.231
+    res = build_report(Options(runs_dir=tmp_path / "runs", out_dir=tmp_path / "out", n_boot=100))
+    md = res.markdown.read_text()
+    assert "## Held-out accuracy on unseen worlds, before and after RL" in md
+    assert ("| local_gaia | mgrpo | 0.200 | 0.633 ± 0.115 | +0.433 ± 0.115 | yes | 0: 0.200 -> 0.700; "
+            "1: 0.200 -> 0.700; 2: 0.200 -> 0.500 | 5 | 3 (0, 1, 2) | 12 |") in md
+    assert json.loads(res.json.read_text())["unseen"][0]["beyond_2sd"] is True
+    assert ("unseen worlds, local_gaia mgrpo: 0.200 -> 0.633 (gain +0.433, seed std after 0.115, gain > 2 std: yes; "
+            "3 seed(s))") in console_summary(res, "t")
+    # a gain within twice the std: "no"
+    for t in range(5):
+        append_task(tmp_path / "runs" / "mgrpo-s2", TaskRecord(
+            run_id="mgrpo-s2", trainer="mgrpo", seed=2, step=12, benchmark="local_gaia", task_id=f"w1-{t}",
+            correct=False, inference_run=0, temperature=0.7, sample_seed=2), split="unseen")
+    (row,) = analysis.analyse(dataset.load(tmp_path / "runs"), smooth=0.5, collapse_margin=0.1, n_boot=100).unseen
+    assert row.afters == pytest.approx([0.7, 0.7, 0.2]) and row.beyond_2sd is False
