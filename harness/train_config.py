@@ -119,6 +119,12 @@ class RewardsConfig:
     sub_format: float = help_field(0.1, "R_S weight of the sub-agent's r_format")
     sub_correct: float = help_field(0.4, "R_S weight of the planner's r_correct in the same rollout")
     sub_expert: float = help_field(0.5, "R_S weight of r_expert (the expert judge of the subtask result)")
+    sub_expert_reference: Literal["gold", "delegated"] = help_field(
+        "gold", "what r_expert judges a sub-agent result against. 'gold': the fact the task's gold path needs for the "
+        "gold subtask the delegated text matches best, so a sub-agent that answers a wrongly delegated subtask "
+        "correctly scores 0. 'delegated': the fact the subtask asks for as it was delegated (the noise-free scripted "
+        "sub-agent solves it in the run's offline world; the gold path where it cannot), so the sub-agent is judged on "
+        "its own job and the planner's mistakes reach it only through r_correct (docs/paper.md, Rewards)")
 
     def validate(self) -> None:
         for name in ("planner_format", "planner_correct", "sub_format", "sub_correct", "sub_expert"):
@@ -528,6 +534,9 @@ class TrainConfig:
                               f"{self.planner_groups}: one step needs that many distinct queries")
         if self.eval.every and self.tasks.n_test < 1:
             raise ConfigError("eval.every > 0 needs test tasks: set tasks.n_test >= 1")
+        if spec.sub_trains and self.rewards.sub_expert_reference == "delegated" and self.tools.search_backend == "realweb":
+            raise ConfigError("rewards.sub_expert_reference=delegated solves each delegated subtask in the offline world, "
+                              "and tools.search_backend=realweb trains on the web; set rewards.sub_expert_reference=gold")
         if self.tools.reasoner and not spec.delegates:
             raise ConfigError(f"tools.reasoner is the planner's tool; trainer {self.trainer} has no planner that "
                               "delegates (use mgrpo or frozen_sub, or set tools.reasoner: false)")

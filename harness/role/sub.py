@@ -7,7 +7,8 @@ trains (``mgrpo``) it also runs a :class:`SubRoleTrainer` (an :class:`mgrpo.trai
 from the store, joins it with the sub-trajectories kept in the server's buffer (by
 ``(query_id, rollout, call)``), aligns them with :func:`mgrpo.alignment.align` (seeded by run seed and query
 id), scores ``R_S = sub_reward(format_ok, r_correct, r_expert)`` with ``r_expert`` from
-:func:`harness.world.judge.expert_judge` on the matched gold subtask of the prepared task set, and returns the
+:func:`harness.world.judge.expert_judge` on the matched gold subtask of the prepared task set (or, with
+``rewards.sub_expert_reference: delegated``, on the subtask as delegated, :class:`DelegatedGold`), and returns the
 d*K completions. From the end of that rollout until the optimizer step is done and logged it holds
 ``server.lock`` (:class:`StepLock`), so no sub-agent episode runs on weights that are being updated; after each step it bumps
 the policy version (engine and store). With ``sub.serve: snapshot`` the service generates with its own copy of the
@@ -39,7 +40,7 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from baselines import get_trainer
 from harness.config import ConfigError
@@ -66,7 +67,10 @@ from harness.role.tasks import RunTasks
 from harness.rollout import AgentRuntime, SubAgentEngine, Trajectory
 from harness.subagent_service import SubAgentServer
 from harness.train_config import TrainConfig, resolve_advantage_fn
+from harness.world.expert import delegated_subtask_gold
+from harness.world.generator import generate_world
 from harness.world.judge import expert_judge, match_subtask
+from harness.world.toolbox import WorldToolbox
 from mgrpo.alignment import FifoChunker, align, alignment_stats, query_seed
 from mgrpo.rewards import sub_reward
 from mgrpo.store import StoreTimeout
@@ -84,13 +88,37 @@ def subtask_text(traj: Any) -> str:
     return text[len("Task: "):] if text.startswith("Task: ") else text
 
 
-def r_expert(task: dict[str, Any] | None, traj: Any) -> float:
-    """The expert judge's score of a sub-agent result against the matched gold subtask (docs/paper.md)."""
+def r_expert(task: dict[str, Any] | None, traj: Any,
+             reference: Callable[[str], dict[str, Any] | None] | None = None) -> float:
+    """The expert judge's score of a sub-agent result (docs/paper.md, Rewards): against the subtask as it was
+    delegated when ``reference`` gives that subtask's gold (``rewards.sub_expert_reference: delegated``,
+    :class:`DelegatedGold`), else against the gold subtask of the task's gold path that the text matches best."""
     if task is None or traj.final is None:
         return 0.0
+    text = subtask_text(traj)
+    if reference is not None and (own := reference(text)) is not None:
+        return float(expert_judge(own, traj.final))
     gold = task.get("gold", {}).get("subtasks") or []
-    i = match_subtask(gold, subtask_text(traj))
+    i = match_subtask(gold, text)
     return 0.0 if i is None else float(expert_judge(gold[i], traj.final))
+
+
+class DelegatedGold:
+    """``rewards.sub_expert_reference: delegated``: the gold of each delegated subtask text, solved once by the
+    noise-free scripted sub-agent (:func:`harness.world.expert.delegated_subtask_gold`) over the run's offline world
+    in process (no HTTP), at the address the agents see (``world.address``, else the world server's URL), and
+    cached by text: a group's K rollouts mostly delegate the same few texts."""
+
+    def __init__(self, cfg: TrainConfig, world_url: str) -> None:
+        world = generate_world(seed=cfg.world.seed, size=cfg.world.size)
+        self.toolbox = WorldToolbox(world, base_url=(cfg.world.address or world_url).rstrip("/"))
+        self.cache: dict[str, dict[str, Any] | None] = {}
+
+    def __call__(self, text: str) -> dict[str, Any] | None:
+        if text not in self.cache:
+            self.cache[text] = delegated_subtask_gold(text, self.toolbox)
+            self.toolbox.calls.clear()  # the toolbox logs every call; the judge needs none of them
+        return self.cache[text]
 
 
 class StepLock:
@@ -123,8 +151,10 @@ class SubRollout:
 
     def __init__(self, cfg: TrainConfig, tasks: dict[str, dict[str, Any]], store: Any, server: Any,
                  step_lock: StepLock, stats: StepStats, spool: Path | None = None,
-                 resume_position: int | None = None) -> None:
+                 resume_position: int | None = None,
+                 reference: Callable[[str], dict[str, Any] | None] | None = None) -> None:
         self.cfg, self.tasks, self.store, self.server = cfg, tasks, store, server
+        self.reference = reference  # r_expert's delegated-subtask gold (rewards.sub_expert_reference), or None
         self.step_lock, self.stats = step_lock, stats
         self.buffer: dict[tuple[str, int, int], Any] = {}
         self.to_ack: list[tuple[str, int]] = []  # (query_id, position) trained on, acked once checkpointed
@@ -229,7 +259,7 @@ class SubRollout:
                 if traj is None:
                     self.missing += 1  # e.g. the sub role restarted after the call: the trajectory is gone
                     continue
-                expert = r_expert(task, traj)
+                expert = r_expert(task, traj, self.reference)
                 reward = sub_reward(bool(traj.format_ok), rec.r_correct, expert, w_format=w.sub_format,
                                     w_main=w.sub_correct, w_expert=w.sub_expert)
                 out[(rec.rollout, call)] = (traj, reward, {"format": float(traj.format_ok),
@@ -467,7 +497,8 @@ def sub_args(cfg: TrainConfig, out_dir: Path) -> Any:
 
 def build_sub_trainer(cfg: TrainConfig, run_dir: Path, store: Any, server: Any, model: Any, tok: Any,
                       tasks: dict[str, dict[str, Any]], out_dir: Path, stats: StepStats,
-                      resume_from: str | None = None, args: Any = None) -> SubRoleTrainer:
+                      resume_from: str | None = None, args: Any = None,
+                      reference: Callable[[str], dict[str, Any] | None] | None = None) -> SubRoleTrainer:
     """The sub role's trainer (d*K groups from the store; ``tasks`` by id for the expert judge);
     ``resume_from`` = a checkpoint dir. Installs the trajectory spool on ``server.engine``.
 
@@ -485,7 +516,8 @@ def build_sub_trainer(cfg: TrainConfig, run_dir: Path, store: Any, server: Any, 
         if resume_from is not None and (Path(resume_from) / STORE_POSITION_FILE).is_file():
             position = json.loads((Path(resume_from) / STORE_POSITION_FILE).read_text())["max_position"]
         spool = run_dir / "sub" / "trajectories.jsonl"
-        rollout = SubRollout(cfg, tasks, store, server, step_lock, stats, spool=spool, resume_position=position)
+        rollout = SubRollout(cfg, tasks, store, server, step_lock, stats, spool=spool, resume_position=position,
+                             reference=reference)
         spool_engine_results(server.engine, spool)
 
     built: dict[str, Any] = {}  # the trainer, once built (the step callback pushes its weights)
@@ -603,8 +635,9 @@ def run_sub(cfg: TrainConfig, run_tasks: RunTasks | None, run_dir: Path, store: 
     if spec.sub_trains:  # built before the service answers, so every trajectory is spooled
         if resume:  # also with no checkpoint (done = 0): every step record is redone
             resume_records(run_dir, "sub", done, out_dir, (STORE_POSITION_FILE,))
+        reference = DelegatedGold(cfg, world_url) if cfg.rewards.sub_expert_reference == "delegated" else None
         trainer = build_sub_trainer(cfg, run_dir, store, server, model, tok, run_tasks.by_id(), out_dir, stats,
-                                    resume_from=ckpt, args=args)
+                                    resume_from=ckpt, args=args, reference=reference)
     finished = spec.sub_trains and done >= cfg.sub_max_steps
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set() if trainer is None else _raise_sigterm())

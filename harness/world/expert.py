@@ -603,6 +603,23 @@ def _run_sub(task_text: str, toolbox: Toolbox, config: ExpertConfig, seed: str, 
     return sm, NOT_FOUND
 
 
+def delegated_subtask_gold(task_text: str, toolbox: Toolbox, *, max_turns: int = 40) -> dict[str, Any] | None:
+    """The gold of a subtask *as it was delegated* (``rewards.sub_expert_reference: delegated``, docs/paper.md):
+    the noise-free scripted sub-agent solves ``task_text`` through ``toolbox`` and its answer becomes a gold
+    subtask for :func:`harness.world.judge.expert_judge` (``kind``, ``answer``, ``list``, ``candidates``).
+
+    None when the text is not in the subtask language (:func:`parse_subtask`) or the expert finds nothing
+    (``Not found``, e.g. a garbled name): the caller then judges against the task's gold path instead."""
+    parsed = parse_subtask(task_text)
+    if parsed is None:
+        return None
+    _, answer = _run_sub(task_text, toolbox, ExpertConfig(), "judge", max_turns, SUB_AGENT_SYSTEM)
+    if answer == NOT_FOUND:
+        return None
+    return {"kind": parsed.kind, "task": task_text, "answer": answer, "candidates": list(parsed.names),
+            "list": parsed.kind in ("lookup", "walk") and parsed.phrase == "products"}
+
+
 def run_expert_episode(task: dict[str, Any], toolbox: Toolbox, noise: float = 0.0, seed: int = 0, *,
                        config: ExpertConfig | None = None, max_planner_turns: int = 12, max_sub_turns: int = 40,
                        base_dir: str | None = None, planner_system: str = PLANNER_SYSTEM,

@@ -64,6 +64,39 @@ def test_subtask_text_and_r_expert():
     assert r_expert(task, traj) == 0.0
 
 
+def test_r_expert_can_judge_the_subtask_as_delegated():
+    """``rewards.sub_expert_reference: delegated`` (docs/paper.md, Rewards): a sub-agent that answers a wrongly
+    delegated subtask correctly scores 1 against the subtask as delegated and 0 against the gold path; where the
+    delegated text has no gold of its own (not in the subtask language), the gold path judges as before.
+    :class:`DelegatedGold` solves the text in the run's world at the agents' address, once per text."""
+    from harness.role.sub import DelegatedGold, r_expert
+    from harness.rollout import Trajectory
+    from harness.world.generator import generate_world
+    from harness.world.tasks import TaskConfig, generate_tasks
+
+    cfg = from_dict(TrainConfig, {"trainer": "mgrpo", "world": {"seed": 0, "size": "tiny", "address": "http://world.local"},
+                                  "rollout": {"k": 2}, "alignment": {"d": 1},
+                                  "planner": {"max_steps": 1, "groups_per_step": 1},
+                                  "rewards": {"sub_expert_reference": "delegated"}})
+    world = generate_world(seed=0, size="tiny")
+    task = next(t for t in generate_tasks(world, TaskConfig(n_train=60, n_test=0)).all()
+                if t["gold"]["template"] == "gaia.person.birth_city")
+    person = task["gold"]["subtasks"][0]["subject"]
+    born = next(f.value for f in world.facts if f.relation == "birth_year" and world.entities[f.subject].name == person)
+    reference = DelegatedGold(cfg, "http://127.0.0.1:1")
+    traj = Trajectory(agent="sub_agent", query_id="q", rollout=0, call=0, prompt_ids=[1],
+                      messages=[{"role": "user", "content": f"Task: Find the birth year of {person}."}],
+                      final=f"{person} was born in {born}.")
+    assert r_expert(task, traj) == 0.0  # the gold path asks for the birthplace
+    assert r_expert(task, traj, reference) == 1.0  # ... but the sub-agent did what it was asked
+    traj.final = task["gold"]["answer"]  # the birthplace, which is not what it was asked
+    assert r_expert(task, traj, reference) == 0.0
+    traj.messages = [{"role": "user", "content": "Task: Tell me about " + person + "."}]  # no subtask of its own
+    assert r_expert(task, traj, reference) == r_expert(task, traj) == 1.0  # the gold path's subtask
+    assert set(reference.cache) == {f"Find the birth year of {person}.", "Tell me about " + person + "."}
+    assert not reference.toolbox.calls
+
+
 def test_step_lock_blocks_other_holders_until_released():
     from harness.role.sub import StepLock
 

@@ -127,6 +127,21 @@ def test_a_sharded_launch_needs_a_vllm_server():
     check_generation_backend(cfg, "planner", zero3)  # generation on the server: fine
 
 
+def test_the_sub_agent_judge_reference_is_checked():
+    """``rewards.sub_expert_reference`` (docs/paper.md, Rewards): 'gold' (the default) or 'delegated'; the latter
+    solves subtasks in the offline world, so a run on the real web is refused with the fix."""
+    assert from_dict(TrainConfig, _base()).rewards.sub_expert_reference == "gold"
+    assert from_dict(TrainConfig, _base(rewards={"sub_expert_reference": "delegated"})).rewards.sub_expert_reference \
+        == "delegated"
+    with pytest.raises(ConfigError, match=r"rewards\.sub_expert_reference: 'planner' is not one of \['gold', 'delegated'\]"):
+        from_dict(TrainConfig, _base(rewards={"sub_expert_reference": "planner"}))
+    with pytest.raises(ConfigError, match=r"tools\.search_backend=realweb .* set rewards\.sub_expert_reference=gold"):
+        from_dict(TrainConfig, _base(rewards={"sub_expert_reference": "delegated"}, tools={"search_backend": "realweb"}))
+    # a frozen sub-agent is never judged: nothing to refuse
+    from_dict(TrainConfig, _base(trainer="frozen_sub", rewards={"sub_expert_reference": "delegated"},
+                                 tools={"search_backend": "realweb"}))
+
+
 def test_inconsistent_sub_batch_names_what_to_change():
     with pytest.raises(ConfigError, match=r"sub\.groups_per_step \* alignment\.d \* rollout\.k = 1 \* 2 \* 4 = 8.*sub\.gradient"):
         from_dict(TrainConfig, _base(sub={"groups_per_step": 1, "gradient_accumulation_steps": 3}))

@@ -9,7 +9,7 @@ import pytest
 
 from harness.agents.parsing import FinalAnswer, ToolCall, parse_turn
 from harness.world.expert import (
-    ExpertConfig, ExpertPlanner, ExpertSubAgent, extract_fact, run_expert_episode,
+    ExpertConfig, ExpertPlanner, ExpertSubAgent, delegated_subtask_gold, extract_fact, run_expert_episode,
 )
 from harness.world.generator import WorldConfig, generate_world
 from harness.world.judge import expert_judge
@@ -341,3 +341,28 @@ def test_with_the_link_order_every_walk_link_the_expert_follows_comes_first(worl
                         first[("list", top == i)] += 1
     assert first[("menu", True)] > 30 and first[("list", True)] > 30, first
     assert first[("menu", False)] == first[("list", False)] == 0, first
+
+
+def test_delegated_subtask_gold_answers_the_subtask_as_written(world, tasks, toolbox):
+    # rewards.sub_expert_reference: delegated (docs/paper.md, Rewards): the gold of a delegated text is what the
+    # noise-free expert finds for it. For the gold path's own first subtask it is the gold path's fact (every kind:
+    # lookup, walk, natives, filter); for a wrongly delegated relation it is that relation's fact, which the gold
+    # path's judge scores 0; a text outside the subtask language or about no entity of the world gives None.
+    kinds = collections.Counter()
+    for t in tasks[::3]:
+        gold = t["gold"]["subtasks"][0]
+        if "{" in gold["task"]:  # an attachment's placeholder, filled in by the planner
+            continue
+        own = delegated_subtask_gold(gold["task"], toolbox)
+        assert own is not None and own["kind"] == gold["kind"], (gold["task"], own)
+        assert expert_judge(gold, own["answer"]) == 1.0, (gold["task"], own["answer"], gold["answer"])
+        kinds[gold["kind"]] += 1
+    assert min(kinds["lookup"], kinds["walk"]) > 5 and kinds["natives"] > 0, kinds
+    person = next(e for e in world.entities.values() if e.kind == "person")
+    asked = delegated_subtask_gold(f"In which city was {person.name} born?", toolbox)  # a one-hop question
+    wrong = delegated_subtask_gold(f"Find the birth year of {person.name}.", toolbox)  # the relation a planner mixed up
+    assert asked is not None and wrong is not None and asked["answer"] != wrong["answer"]
+    assert expert_judge(wrong, f"{person.name} was born in {wrong['answer']}.") == 1.0
+    assert expert_judge(asked, wrong["answer"]) == 0.0
+    assert delegated_subtask_gold("Tell me a story.", toolbox) is None
+    assert delegated_subtask_gold("Find the birth year of Nobody Atall.", toolbox) is None
