@@ -57,6 +57,8 @@ from harness.warmstart import WarmstartConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "baselines" / "configs"
+ABOUT_FILE = "ABOUT.md"
+"""A preset folder's description of its setting (e.g. a probe's design), which the report shows under its title."""
 #: Shipped warm-start checkpoints, one folder per preset (``python -m harness warmstart --preset P --ship ...``).
 CHECKPOINTS = ROOT / "baselines" / "checkpoints"
 
@@ -387,8 +389,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"[{n_stages}/{n_stages}] report ...", flush=True)
     # A child in the repository like the runs, so the report names the runs folder as the runs do.
+    about = preset_dir / ABOUT_FILE  # what the preset's setting is, shown in the report
     rc = subprocess.run([sys.executable, "-m", "harness.report", "--runs", _arg(runs_dir), "--out", _arg(report),
-                         "--title", report_title(args)], cwd=ROOT).returncode
+                         "--title", report_title(args), *(["--about", _arg(about)] if about.is_file() else [])],
+                        cwd=ROOT).returncode
     wall_min = (time.perf_counter() - t0) / 60
     against = f" (estimated {estimate_min:.1f} min)" if estimate_min is not None else ""
     print(f"done in {wall_min:.1f} min{against}; report: {report / 'report.md'}", flush=True)

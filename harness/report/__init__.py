@@ -124,6 +124,7 @@ def _summary(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Options) ->
         "schema": rec.SCHEMA_VERSION,
         "options": {"runs_dir": str(opt.runs_dir), "smooth": opt.smooth, "smooth_auto": opt.smooth_auto,
                     "collapse_margin": opt.collapse_margin, "n_boot": opt.n_boot, "seed": opt.seed},
+        "about": opt.about,
         "accuracy": [clean(dict(c.__dict__)) for c in an.accuracy],
         "claims": [{**{k: v for k, v in c.__dict__.items() if k != "comparisons"},
                     "comparisons": [dict(x.__dict__) for x in c.comparisons]} for c in an.claims],
@@ -170,6 +171,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="bootstrap resamples per table cell; default 2000")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed; default 0")
     p.add_argument("--title", default="M-GRPO comparison report")
+    p.add_argument("--about", type=Path, default=None, metavar="FILE",
+                   help="a text file (paragraphs, '- ' bullets) that says what the runs' setting is, shown under "
+                        "the title as 'About this setting' and kept in report.json; python -m harness experiment "
+                        "passes its preset's ABOUT.md")
     return p
 
 
@@ -182,8 +187,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--collapse-margin must be > 0, got {a.collapse_margin}")
     if a.bootstrap < 100:
         parser.error(f"--bootstrap must be >= 100, got {a.bootstrap}")
+    about = None
+    if a.about is not None:
+        try:
+            about = a.about.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            parser.error(f"--about {a.about}: cannot read it ({exc})")
     opt = Options(runs_dir=a.runs, out_dir=a.out, smooth=a.smooth,
-                  collapse_margin=a.collapse_margin, n_boot=a.bootstrap, seed=a.seed, title=a.title)
+                  collapse_margin=a.collapse_margin, n_boot=a.bootstrap, seed=a.seed, title=a.title, about=about)
     try:
         res = build_report(opt)
     except (ReportInputError, rec.RecordError) as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,8 @@ class Options:
     seed: int = 0
     """Seed of the bootstrap generators (each cell's generator also hashes its labels)."""
     title: str = "M-GRPO comparison report"
+    about: str | None = None
+    """Text of ``--about FILE``: what the runs' setting is (e.g. a probe preset's design), shown under the title."""
 
 
 def _gain(r: InDistributionRow) -> str:
@@ -51,6 +54,27 @@ def _gain(r: InDistributionRow) -> str:
 def _sizes(r: InDistributionRow) -> list[str]:
     """A before/after row's tasks, seeds and final steps cells."""
     return [_range(*r.n_tasks), f"{r.n_seeds} ({', '.join(str(x) for x in r.seeds)})", _range(*r.final_steps)]
+
+
+def about_blocks(text: str) -> list[Para | Bullets]:
+    """``--about`` text as report blocks: paragraphs split at blank lines; a block whose lines all start with
+    ``- `` is a bullet list (a line that does not continues the item before it)."""
+    out: list[Para | Bullets] = []
+    for block in re.split(r"\n\s*\n", text.strip()):
+        lines = [ln.strip() for ln in block.splitlines() if ln.strip()]
+        if not lines:
+            continue
+        if lines[0].startswith("- "):
+            items: list[str] = []
+            for ln in lines:
+                if ln.startswith("- "):
+                    items.append(ln[2:])
+                else:
+                    items[-1] += " " + ln
+            out.append(Bullets(list(items)))
+        else:
+            out.append(Para(" ".join(lines)))
+    return out
 
 
 def f3(x: float | None) -> str:
@@ -105,6 +129,9 @@ def build_document(ds: Dataset, an: Analysis, figs: list[FigureInfo], opt: Optio
         f"= {opt.collapse_margin:g}, {opt.n_boot} bootstrap resamples, bootstrap seed {opt.seed}. "
         f"Source: arXiv 2511.13288 (M-GRPO); its results are curves, so each claim below is a "
         f"verdict from our own runs."))
+
+    if opt.about:
+        doc.add(Heading(1, "About this setting"), *about_blocks(opt.about))
 
     # -- claims
     doc.add(Heading(1, "The paper's claims"))

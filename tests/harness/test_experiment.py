@@ -348,12 +348,14 @@ def test_a_completed_run_is_reused_only_while_its_preset_resolves_to_the_same_co
 def test_runs_of_a_preset_with_eval_unseen_are_evaluated_on_unseen_worlds(tmp_path, monkeypatch, capsys):
     """Issue 16: after each training run whose config sets ``eval.unseen.worlds`` (preset tiny-blind) the experiment
     runs ``python -m harness eval-unseen`` on it; a preset without it (tiny) runs none; a failed evaluation fails the
-    experiment with the command that resumes it."""
+    experiment with the command that resumes it. The report gets the preset's ABOUT.md (tiny-blind has one)."""
     import yaml
 
     from harness import experiment
     from harness.config import to_dict
     from harness.train_config import load_train_config
+
+    import subprocess
 
     calls = record_children(monkeypatch)
     evaluated: list[str] = []
@@ -373,15 +375,18 @@ def test_runs_of_a_preset_with_eval_unseen_are_evaluated_on_unseen_worlds(tmp_pa
         return 0
 
     monkeypatch.setattr(experiment, "_run", train_writes_config)
+    reports: list[list[str]] = []  # the report's command line: the preset's ABOUT.md goes with it when it has one
+    monkeypatch.setattr(subprocess, "run", lambda argv, **k: reports.append(argv) or subprocess.CompletedProcess(argv, 0))
     ship = ROOT / "baselines" / "checkpoints" / "tiny-generalise"
     assert experiment.main(["--preset", "tiny-blind", "--seeds", "1", "--quick", "--arms", "single_agent,mgrpo",
                             "--checkpoint", str(ship), "--out", str(tmp_path / "exp"),
                             "--report", str(tmp_path / "rep")]) == 0
     assert evaluated == ["single_agent-seed0", "mgrpo-seed0"] and len(calls) == 2
+    assert reports[-1][reports[-1].index("--about") + 1] == "baselines/configs/tiny-blind/ABOUT.md"
     evaluated.clear()
     assert experiment.main(["--preset", "tiny-generalise", "--seeds", "1", "--quick", "--arms", "mgrpo",
                             "--out", str(tmp_path / "exp2"), "--report", str(tmp_path / "rep2")]) == 0
-    assert evaluated == []
+    assert evaluated == [] and "--about" not in reports[-1]
     monkeypatch.setattr(experiment, "evaluate_unseen", lambda run_dir, log: 1)
     assert experiment.main(["--preset", "tiny-blind", "--seeds", "1", "--quick", "--arms", "mgrpo",
                             "--checkpoint", str(ship), "--out", str(tmp_path / "exp3"),

@@ -378,6 +378,31 @@ def test_missing_or_empty_runs_folder(tmp_path: Path, capsys, setup, expect):
         assert "skipped notes/: not a run: no provenance.json" in out
 
 
+def test_about_text_is_shown_under_the_title_and_kept_in_the_json(tmp_path: Path, capsys):
+    """``--about FILE`` (what a probe preset's setting is, e.g. its planted blind spots): paragraphs and '- ' bullets
+    under "About this setting", before the claims, in the Markdown and the HTML; the text in report.json; a file
+    that cannot be read is a usage error naming it."""
+    make_experiment(tmp_path / "runs", trainers=("mgrpo",), seeds=(0,), steps=4, eval_every=2,
+                    benchmarks=("b",), n_tasks=3)
+    about = tmp_path / "ABOUT.md"
+    about.write_text("Blind spots are planted\non purpose.\n\n- planner: wrong relation\n  7 times in 10\n"
+                     "- sub-agent: wrong row\n", encoding="utf-8")
+    code, _ = _run_main(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "o"), "--about", str(about)], capsys)
+    assert code == 0
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert md.index("# About this setting") < md.index("# The paper's claims")
+    assert "Blind spots are planted on purpose." in md
+    assert "- planner: wrong relation 7 times in 10\n- sub-agent: wrong row" in md
+    assert "<li>planner: wrong relation 7 times in 10</li>" in (tmp_path / "o" / "report.html").read_text()
+    assert json.loads((tmp_path / "o" / "report.json").read_text())["about"] == about.read_text()
+    code, _ = _run_main(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "o2")], capsys)
+    assert "About this setting" not in (tmp_path / "o2" / "report.md").read_text()
+    assert json.loads((tmp_path / "o2" / "report.json").read_text())["about"] is None
+    with pytest.raises(SystemExit) as ei:
+        main(["--runs", str(tmp_path / "runs"), "--about", str(tmp_path / "missing.md")])
+    assert ei.value.code == 2 and f"--about {tmp_path / 'missing.md'}: cannot read it" in capsys.readouterr().err
+
+
 def test_bad_options_exit_2(tmp_path: Path, capsys):
     for args in (["--smooth", "0"], ["--smooth", "1.5"], ["--collapse-margin", "-1"],
                  ["--bootstrap", "5"]):
