@@ -57,8 +57,8 @@ def _sizes(r: InDistributionRow) -> list[str]:
 
 
 def about_blocks(text: str) -> list[Para | Bullets]:
-    """``--about`` text as report blocks: paragraphs split at blank lines; a block whose lines all start with
-    ``- `` is a bullet list (a line that does not continues the item before it)."""
+    """``--about`` text as report blocks: paragraphs split at blank lines; a block whose first line starts with
+    ``- `` is a bullet list, in which a line that does not start so continues the item before it."""
     out: list[Para | Bullets] = []
     for block in re.split(r"\n\s*\n", text.strip()):
         lines = [ln.strip() for ln in block.splitlines() if ln.strip()]
