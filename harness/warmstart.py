@@ -1130,8 +1130,9 @@ def ship_checkpoint(build: Path, dest: Path, summary: dict[str, Any], argv: list
 
     A joint warm start is one model: it is stored once (``dest/joint/``) and the provenance's
     ``agents`` table points every agent at it. The provenance records the command, the commit, the
-    resolved config, the data seeds, the wall time, the held-out check and copy gate, and the SHA-256 of
-    every file (:func:`harness.models.verify_checkpoint` checks them on every load)."""
+    resolved config, the data seeds, the wall time, the held-out check and copy gate, the warm start it
+    continued from (``init``: path and SHA-256 of its weights), and the SHA-256 of every file
+    (:func:`harness.models.verify_checkpoint` checks them on every load)."""
 
     cfg = summary["config"]
     agents = list(cfg["agents"])
@@ -1159,6 +1160,8 @@ def ship_checkpoint(build: Path, dest: Path, summary: dict[str, Any], argv: list
         "check": summary.get("check"),
         "copy_gate": {name: stats.get("copy_gate") for name, stats in summary["agents"].items()},
         "n_demo_tasks": summary["n_demo_tasks"], "n_demo_worlds": summary["n_demo_worlds"],
+        # what a continuation (``init``) started from, by content: its rebuild needs that checkpoint unchanged
+        **({"init": summary["init"]} if summary.get("init") else {}),
         "agents": folders,
         "bytes": size,
         "sha256": hashes,

@@ -145,6 +145,10 @@ def test_init_continues_a_warm_start_with_its_tokenizer_and_weights(tmp_path, ca
         assert torch.equal(a, b), name
     summary = json.loads((more / "warmstart.json").read_text())
     assert summary["init"]["path"] == str(base) and set(summary["init"]["sha256"]) >= {"planner/model.safetensors"}
+    # a shipped continuation names what it continued from, by hash
+    assert main(["--out", str(more), "--ship", str(tmp_path / "ship"), "--from-build", *common, "n_train_tasks=3",
+                 "world_seed=5", "learning_rate=0", f"init={base}"]) == 0
+    assert json.loads((tmp_path / "ship" / "provenance.json").read_text())["init"] == summary["init"]
     # a missing folder and a copy drill on top of an init are refused before anything runs
     assert main(["--out", str(tmp_path / "x"), *common, f"init={tmp_path / 'nowhere'}"]) == 2
     assert "no such folder" in capsys.readouterr().err
