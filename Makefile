@@ -36,11 +36,12 @@ bench: sysdeps venv
 	  $(PYTEST_ARGS); status=$$?; \
 	$(VPY) -m harness.report.perf .benchmarks/bench.json --out reports/perf && exit $$status
 
-# The demo starts every run from the shipped warm start baselines/checkpoints/tiny-generalise/ (docs/training.md).
+# The demo starts every run from the shipped warm start baselines/checkpoints/tiny-spans/ (docs/training.md, "Build s2").
 # BUDGET: minutes the full demo may take; a short calibration refuses a preset that cannot fit (QUICK=1 skips it).
-# WARMSTART=1: rebuild that warm start first and ship it (about 2 hours on 2 cores; resumable).
+# WARMSTART=1: rebuild that warm start first and ship it (about 30 min on 2 cores from the shipped tiny-generalise
+# checkpoint, which `python -m harness warmstart --preset tiny-generalise` rebuilds in about 2 hours; resumable).
 BUDGET ?= 20
-DEMO_PRESET ?= tiny-generalise
+DEMO_PRESET ?= tiny-spans
 demo: sysdeps venv
 	$(VPY) -m harness experiment --preset $(DEMO_PRESET) --report reports/tiny-cpu$(if $(QUICK),-quick) \
 	  $(if $(WARMSTART),--rebuild-warmstart) $(if $(QUICK),--seeds 1 --quick,--seeds 3 --budget-min $(BUDGET))

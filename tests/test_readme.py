@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 #: What the demo's quick run names instead of the full demo's folders.
-QUICK_PATHS = {"runs/experiment-tiny-generalise/": "runs/experiment-tiny-generalise-quick/"}
+QUICK_PATHS = {"runs/experiment-tiny-spans/": "runs/experiment-tiny-spans-quick/"}
 #: Small settings appended to each README command (keyed by the command as the README writes it,
 #: comment removed). ``None``: the command is covered by ``make demo QUICK=1`` (checked in the test).
 SMALL: dict[str, list[str] | None] = {
@@ -60,12 +60,12 @@ SMALL: dict[str, list[str] | None] = {
     "python -m harness filter --config baselines/configs/tiny/mgrpo.yaml --out runs/filter-tiny --k 4 "
     "models.planner=runs/warmstart-tiny models.sub=runs/warmstart-tiny":
         ["tasks.n_train=1", "rollout.planner_turns=2", "rollout.sub_turns=2", "rollout.max_new_tokens=24"],
-    "python -m harness experiment --preset tiny-generalise --seeds 3 --report reports/tiny-cpu": None,
+    "python -m harness experiment --preset tiny-spans --seeds 3 --report reports/tiny-cpu": None,
     "python -m harness experiment --preset tiny-stage1 --seeds 3": ["--quick", "--seeds", "1"],
     "pytest benchmarks/ --trainer=expert --bench local_gaia --bench-limit 5": [],
     "pytest benchmarks/ --trainer=mgrpo": ["--bench-limit", "1"],
-    "pytest benchmarks/ --trainer=mgrpo --run runs/experiment-tiny-generalise/runs/mgrpo-seed0": ["--bench-limit", "1"],
-    "python -m harness.report --runs runs/experiment-tiny-generalise/runs --out reports/latest": [],
+    "pytest benchmarks/ --trainer=mgrpo --run runs/experiment-tiny-spans/runs/mgrpo-seed0": ["--bench-limit", "1"],
+    "python -m harness.report --runs runs/experiment-tiny-spans/runs --out reports/latest": [],
     "python -m harness profile --preset tiny --trainer mgrpo --out runs/profile":
         ["--steps", "2", *(o for o in QUICK_TRAIN if not o.startswith(("planner.max_steps", "eval.")))],
 }
@@ -186,7 +186,7 @@ def test_readme_commands_work_when_copied_into_a_fresh_shell(tmp_path):
     assert commands[0] == "source .venv/bin/activate", "the README activates the virtualenv once, first"
     # The make target runs what the README says it runs.
     makefile = (ROOT / "Makefile").read_text()
-    assert "DEMO_PRESET ?= tiny-generalise" in makefile and "harness experiment --preset $(DEMO_PRESET)" in makefile
+    assert "DEMO_PRESET ?= tiny-spans" in makefile and "harness experiment --preset $(DEMO_PRESET)" in makefile
     assert "--seeds 3" in makefile and "--report reports/tiny-cpu" in makefile
     # The example question is one of the world's own tasks, and the README names its answer.
     clone = fresh_clone(tmp_path / "clone")
@@ -195,14 +195,14 @@ def test_readme_commands_work_when_copied_into_a_fresh_shell(tmp_path):
                           timeout=1500)
     out = demo.stdout + demo.stderr
     assert demo.returncode == 0, f"make demo QUICK=1 failed ({demo.returncode}):\n{out[-4000:]}"
-    exp = clone / "runs" / "experiment-tiny-generalise-quick"
+    exp = clone / "runs" / "experiment-tiny-spans-quick"
     for arm in ("single_agent", "frozen_sub", "mgrpo", "mgrpo_align_none"):
         status = json.loads((exp / "runs" / f"{arm}-seed0" / "status.json").read_text())
         assert status["state"] == "completed", (arm, status)
         # every run starts from the shipped warm start, which the demo does not rebuild
         models = yaml.safe_load((exp / "runs" / f"{arm}-seed0" / "config.yaml").read_text())["models"]
-        assert models["planner"] == models["sub"] == "baselines/checkpoints/tiny-generalise", (arm, models)
-    assert "warm start: the shipped checkpoint baselines/checkpoints/tiny-generalise" in out
+        assert models["planner"] == models["sub"] == "baselines/checkpoints/tiny-spans", (arm, models)
+    assert "warm start: the shipped checkpoint baselines/checkpoints/tiny-spans" in out
     assert not (exp / "warmstart").exists()
     mgrpo_run = exp / "runs" / "mgrpo-seed0"
     assert [json.loads(ln)["step"] for ln in (mgrpo_run / "planner" / "metrics.jsonl").read_text().splitlines()] == [1, 2]
